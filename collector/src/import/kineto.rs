@@ -1,0 +1,683 @@
+//! PyTorch profiler (Kineto) Chrome-trace JSON, plain or gzip-compressed.
+//!
+//! The whole (decompressed) file is read into memory once and parsed in place: strings are
+//! borrowed from that buffer where they carry no escapes, and each element of `traceEvents` is
+//! handed to the writer as soon as it is parsed, so no event list is ever built.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::io::Read;
+use std::path::Path;
+
+use fuseprof_store::{
+    Api, ApiCall, CopyKind, CreateOptions, Device, Flow, FlowPhase, Kernel, Memop, MemopKind,
+    Range, RangeKind, RunInfo, StrId, Writer,
+};
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::{nominal_peaks, Format, ImportError, ImportReport, Result};
+
+/// Reads the file, inflating it when it is gzip-compressed.
+pub fn read_source(path: &Path) -> Result<Vec<u8>> {
+    let raw = std::fs::read(path).map_err(|source| ImportError::Io {
+        path: path.into(),
+        source,
+    })?;
+    if raw.starts_with(&[0x1f, 0x8b]) {
+        let mut out = Vec::with_capacity(raw.len() * 8);
+        flate2::read::MultiGzDecoder::new(&raw[..])
+            .read_to_end(&mut out)
+            .map_err(|e| ImportError::format(path, format!("corrupt gzip data: {e}")))?;
+        Ok(out)
+    } else if path.extension().is_some_and(|e| e == "gz") {
+        Err(ImportError::format(path, "named .gz but not gzip-compressed"))
+    } else {
+        Ok(raw)
+    }
+}
+
+pub(crate) fn import(path: &Path, output: &Path, create: CreateOptions) -> Result<ImportReport> {
+    let buf = read_source(path)?;
+    let mut writer = Writer::create(output, create)?;
+    let mut sink = Sink::new(&mut writer);
+    let mut de = serde_json::Deserializer::from_slice(&buf);
+    let top = TopLevel { sink: &mut sink };
+    let parsed = top.deserialize(&mut de).and_then(|()| de.end());
+    if let Err(e) = parsed {
+        // A writer error surfaces through serde as a custom error: report it as it was.
+        if let Some(err) = sink.error.take() {
+            return Err(err.into());
+        }
+        return Err(ImportError::format(path, describe_json_error(&e)));
+    }
+    if sink.events == 0 {
+        return Err(ImportError::format(
+            path,
+            "the trace holds no events (no 'traceEvents', or it is empty)",
+        ));
+    }
+    let report = ImportReport {
+        format: Format::Kineto,
+        source_events: sink.events,
+        counts: Default::default(),
+        skipped: std::mem::take(&mut sink.skipped),
+        names: sink.names,
+    };
+    let run = std::mem::take(&mut sink.run);
+    let devices = std::mem::take(&mut sink.devices);
+    drop(sink);
+    for d in devices {
+        writer.device(d);
+    }
+    // Kineto files kernels under a per-device "process"; the launching process comes from the
+    // runtime call with the same correlation id.
+    writer.link_gpu_pids(true);
+    let counts = writer.finish(RunInfo {
+        source_format: "kineto".into(),
+        source_path: Some(path.display().to_string()),
+        ..run
+    })?;
+    Ok(ImportReport { counts, ..report })
+}
+
+fn describe_json_error(e: &serde_json::Error) -> String {
+    use serde_json::error::Category;
+    match e.classify() {
+        Category::Eof => format!(
+            "the JSON ends early (truncated file?) at line {} column {}",
+            e.line(),
+            e.column()
+        ),
+        Category::Syntax => format!("malformed JSON: {e}"),
+        Category::Data => format!("not a PyTorch-profiler trace: {e}"),
+        Category::Io => format!("read error: {e}"),
+    }
+}
+
+/// Receives parsed events and writes them.
+struct Sink<'w> {
+    w: &'w mut Writer,
+    events: u64,
+    names: u64,
+    skipped: BTreeMap<String, u64>,
+    /// Kineto writes non-numeric pids/tids for its own spans ("Spans", "Traces"): each gets a
+    /// negative id, named after the text.
+    text_ids: HashMap<String, i64>,
+    run: RunInfo,
+    devices: Vec<Device>,
+    error: Option<fuseprof_store::Error>,
+    cat_ids: HashMap<String, StrId>,
+}
+
+impl<'w> Sink<'w> {
+    fn new(w: &'w mut Writer) -> Self {
+        Sink {
+            w,
+            events: 0,
+            names: 0,
+            skipped: BTreeMap::new(),
+            text_ids: HashMap::new(),
+            run: RunInfo {
+                tool: Some("PyTorch Profiler (Kineto)".into()),
+                ..Default::default()
+            },
+            devices: Vec::new(),
+            error: None,
+            cat_ids: HashMap::new(),
+        }
+    }
+
+    fn skip(&mut self, why: &str) {
+        *self.skipped.entry(why.to_string()).or_default() += 1;
+    }
+
+    fn id_of(&mut self, id: &Option<Num<'_>>, is_pid: bool) -> i64 {
+        match id {
+            Some(Num::Int(i)) => *i,
+            Some(Num::Float(f)) => *f as i64,
+            Some(Num::Text(t)) => {
+                if let Some(i) = parse_int(t) {
+                    return i;
+                }
+                if let Some(&i) = self.text_ids.get(t.as_ref()) {
+                    return i;
+                }
+                let i = -(self.text_ids.len() as i64) - 1;
+                self.text_ids.insert(t.to_string(), i);
+                if is_pid {
+                    self.w.process(i, Some(t));
+                }
+                i
+            }
+            None => 0,
+        }
+    }
+
+    fn category(&mut self, cat: &str) -> StrId {
+        if let Some(&id) = self.cat_ids.get(cat) {
+            return id;
+        }
+        let id = self.w.intern(cat);
+        self.cat_ids.insert(cat.to_string(), id);
+        id
+    }
+
+    fn event(&mut self, e: RawEvent<'_>) -> fuseprof_store::Result<()> {
+        self.events += 1;
+        let ph = e.ph.as_deref().unwrap_or("");
+        let cat = e.cat.as_deref().unwrap_or("");
+        let name = e.name.as_deref().unwrap_or("");
+        let args = e.args.unwrap_or_default();
+        let start_ns = e.ts.as_ref().and_then(|t| time_ns(t)).unwrap_or(0);
+        let end_ns = start_ns + e.dur.as_ref().and_then(|t| time_ns(t)).unwrap_or(0).max(0);
+        match ph {
+            "X" => {
+                let pid = self.id_of(&e.pid, true);
+                let tid = self.id_of(&e.tid, false);
+                match cat {
+                    "kernel" => {
+                        let name = self.w.intern(name);
+                        self.w.kernel(Kernel {
+                            start_ns,
+                            end_ns,
+                            device_id: args.device.and_then(Num::as_i64).unwrap_or(pid),
+                            stream_id: args.stream.and_then(Num::as_i64).unwrap_or(tid),
+                            pid: None,
+                            correlation_id: args.correlation.and_then(Num::as_i64),
+                            external_id: args.external_id.and_then(Num::as_i64),
+                            name,
+                            grid: args.grid,
+                            block: args.block,
+                            registers_per_thread: args.registers.and_then(Num::as_i64),
+                            // Kineto reports static + dynamic shared memory as one number.
+                            static_smem_bytes: args.shared_memory.and_then(Num::as_i64),
+                            dynamic_smem_bytes: None,
+                            graph_id: None,
+                        })
+                    }
+                    "gpu_memcpy" | "gpu_memset" => {
+                        let kind = if cat == "gpu_memcpy" {
+                            MemopKind::Memcpy
+                        } else {
+                            MemopKind::Memset
+                        };
+                        let copy_kind = (kind == MemopKind::Memcpy).then(|| {
+                            match args.kind.as_ref().and_then(Num::text) {
+                                Some(k) => CopyKind::parse(k),
+                                None => copy_kind_from_name(name),
+                            }
+                        });
+                        self.w.memop(Memop {
+                            kind,
+                            start_ns,
+                            end_ns,
+                            device_id: args.device.and_then(Num::as_i64).unwrap_or(pid),
+                            stream_id: args.stream.and_then(Num::as_i64).unwrap_or(tid),
+                            pid: None,
+                            correlation_id: args.correlation.and_then(Num::as_i64),
+                            external_id: args.external_id.and_then(Num::as_i64),
+                            bytes: args.bytes.and_then(Num::as_i64),
+                            copy_kind,
+                            value: None,
+                        })
+                    }
+                    "cuda_runtime" | "cuda_driver" => {
+                        let name = self.w.intern(name);
+                        self.w.thread(pid, tid, None);
+                        self.w.api_call(ApiCall {
+                            api: if cat == "cuda_driver" {
+                                Api::Driver
+                            } else {
+                                Api::Runtime
+                            },
+                            start_ns,
+                            end_ns,
+                            pid,
+                            tid,
+                            correlation_id: args.correlation.and_then(Num::as_i64),
+                            external_id: args.external_id.and_then(Num::as_i64),
+                            name,
+                            return_code: None,
+                        })
+                    }
+                    _ => {
+                        let kind = match cat {
+                            "cpu_op" => RangeKind::CpuOp,
+                            "user_annotation" => RangeKind::UserAnnotation,
+                            "gpu_user_annotation" => RangeKind::GpuUserAnnotation,
+                            "python_function" => RangeKind::PythonFunction,
+                            "cuda_sync" => RangeKind::CudaSync,
+                            _ => RangeKind::Other,
+                        };
+                        let name = self.w.intern(name);
+                        let mut r = Range::new(kind, name, pid, tid, start_ns);
+                        r.end_ns = Some(end_ns);
+                        if kind.is_gpu_side() {
+                            if let Some(d) = args.device.and_then(Num::as_i64) {
+                                r.pid = d;
+                            }
+                            if let Some(s) = args.stream.and_then(Num::as_i64) {
+                                r.tid = s;
+                            }
+                        }
+                        if kind == RangeKind::Other && !cat.is_empty() {
+                            r.category = Some(self.category(cat));
+                        }
+                        r.external_id = args.external_id.and_then(Num::as_i64);
+                        r.correlation_id = args.correlation.and_then(Num::as_i64);
+                        r.input_dims = args.input_dims.map(|v| self.w.intern(v.get()));
+                        r.input_types = args.input_types.map(|v| self.w.intern(v.get()));
+                        if !kind.is_gpu_side() {
+                            self.w.thread(pid, tid, None);
+                        }
+                        self.w.range(r)
+                    }
+                }
+            }
+            "i" | "I" | "n" => {
+                let pid = self.id_of(&e.pid, true);
+                let tid = self.id_of(&e.tid, false);
+                let name = self.w.intern(name);
+                let mut r = Range::new(RangeKind::Instant, name, pid, tid, start_ns);
+                if !cat.is_empty() {
+                    r.category = Some(self.category(cat));
+                }
+                self.w.range(r)
+            }
+            "s" | "t" | "f" => {
+                let pid = self.id_of(&e.pid, true);
+                let tid = self.id_of(&e.tid, false);
+                let Some(flow_id) = e.id.and_then(Num::as_i64) else {
+                    self.skip("flow without a numeric id");
+                    return Ok(());
+                };
+                let category = self.category(if cat.is_empty() { name } else { cat });
+                self.w.flow(Flow {
+                    category,
+                    flow_id,
+                    phase: FlowPhase::parse(ph).unwrap_or(FlowPhase::Start),
+                    ts_ns: start_ns,
+                    pid,
+                    tid,
+                })
+            }
+            "M" => {
+                let pid = self.id_of(&e.pid, true);
+                let label = args.name.as_ref().and_then(Num::text);
+                match name {
+                    "process_name" => {
+                        self.names += 1;
+                        self.w.process(pid, label);
+                    }
+                    "thread_name" => {
+                        self.names += 1;
+                        let tid = self.id_of(&e.tid, false);
+                        self.w.thread(pid, tid, label);
+                    }
+                    _ => self.skip("metadata (labels, sort order)"),
+                }
+                Ok(())
+            }
+            "C" => {
+                self.skip("counter samples");
+                Ok(())
+            }
+            other => {
+                self.skip(&format!("events with phase {other:?}"));
+                Ok(())
+            }
+        }
+    }
+}
+
+fn copy_kind_from_name(name: &str) -> CopyKind {
+    // "Memcpy HtoD (Pageable -> Device)"
+    name.strip_prefix("Memcpy ")
+        .and_then(|rest| rest.split_whitespace().next())
+        .map_or(CopyKind::Unknown, CopyKind::parse)
+}
+
+/// Microseconds as written (integer, decimal or exponent) to integer nanoseconds, exactly for
+/// the decimal forms Kineto writes.
+fn time_ns(raw: &RawValue) -> Option<i64> {
+    let text = raw.get().trim_matches('"');
+    if text.contains(['e', 'E']) {
+        return text.parse::<f64>().ok().map(|us| (us * 1e3).round() as i64);
+    }
+    let (neg, digits) = match text.strip_prefix('-') {
+        Some(d) => (true, d),
+        None => (false, text),
+    };
+    let (int, frac) = digits.split_once('.').unwrap_or((digits, ""));
+    let mut ns: i64 = if int.is_empty() { 0 } else { int.parse().ok()? };
+    ns = ns.checked_mul(1000)?;
+    let fb = frac.as_bytes();
+    if !fb.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let mut scale = 100;
+    for &d in fb.iter().take(3) {
+        ns += (d - b'0') as i64 * scale;
+        scale /= 10;
+    }
+    if fb.len() > 3 && fb[3] >= b'5' {
+        ns += 1;
+    }
+    Some(if neg { -ns } else { ns })
+}
+
+fn parse_int(t: &str) -> Option<i64> {
+    if let Some(hex) = t.strip_prefix("0x") {
+        return i64::from_str_radix(hex, 16).ok();
+    }
+    t.parse().ok()
+}
+
+/// A number as Kineto may write it: integer, float, or text ("0x7f", "12", "HtoD").
+#[derive(Clone, Debug)]
+enum Num<'a> {
+    Int(i64),
+    Float(f64),
+    Text(Cow<'a, str>),
+}
+
+impl Num<'_> {
+    fn as_i64(self) -> Option<i64> {
+        match self {
+            Num::Int(i) => Some(i),
+            Num::Float(f) => Some(f as i64),
+            Num::Text(t) => parse_int(&t),
+        }
+    }
+    fn text(&self) -> Option<&str> {
+        match self {
+            Num::Text(t) => Some(t),
+            _ => None,
+        }
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Num<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Num<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a number or a string")
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<Num<'de>, E> {
+                Ok(Num::Int(v))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<Num<'de>, E> {
+                Ok(Num::Int(v as i64))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<Num<'de>, E> {
+                Ok(Num::Float(v))
+            }
+            fn visit_bool<E>(self, v: bool) -> Result<Num<'de>, E> {
+                Ok(Num::Int(v as i64))
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Num<'de>, E> {
+                Ok(Num::Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Num<'de>, E> {
+                Ok(Num::Text(Cow::Owned(v.to_string())))
+            }
+            fn visit_unit<E>(self) -> Result<Num<'de>, E> {
+                Ok(Num::Text(Cow::Borrowed("")))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Num<'de>, A::Error> {
+                while s.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Num::Text(Cow::Borrowed("")))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Num<'de>, A::Error> {
+                while m.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Num::Text(Cow::Borrowed("")))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// `[x, y, z]` launch dimensions; anything else (Triton writes `"grid(100,)"`) reads as absent.
+fn triple<'de, D: Deserializer<'de>>(d: D) -> Result<Option<[i64; 3]>, D::Error> {
+    struct V;
+    impl<'de> Visitor<'de> for V {
+        type Value = Option<[i64; 3]>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("launch dimensions")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Self::Value, A::Error> {
+            let mut dims = [0i64; 3];
+            let mut n = 0;
+            let mut ok = true;
+            while let Some(v) = s.next_element::<Num<'de>>()? {
+                match (n < 3, v.as_i64()) {
+                    (true, Some(x)) => dims[n] = x,
+                    _ => ok = false,
+                }
+                n += 1;
+            }
+            Ok((ok && n == 3).then_some(dims))
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
+            while m.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            Ok(None)
+        }
+        fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+    }
+    d.deserialize_any(V)
+}
+
+#[derive(Deserialize, Default)]
+struct Args<'a> {
+    #[serde(rename = "External id", borrow)]
+    external_id: Option<Num<'a>>,
+    #[serde(borrow)]
+    correlation: Option<Num<'a>>,
+    #[serde(borrow)]
+    device: Option<Num<'a>>,
+    #[serde(borrow)]
+    stream: Option<Num<'a>>,
+    #[serde(default, deserialize_with = "triple")]
+    grid: Option<[i64; 3]>,
+    #[serde(default, deserialize_with = "triple")]
+    block: Option<[i64; 3]>,
+    #[serde(rename = "registers per thread", borrow)]
+    registers: Option<Num<'a>>,
+    #[serde(rename = "shared memory", borrow)]
+    shared_memory: Option<Num<'a>>,
+    #[serde(borrow)]
+    bytes: Option<Num<'a>>,
+    #[serde(borrow)]
+    kind: Option<Num<'a>>,
+    #[serde(borrow)]
+    name: Option<Num<'a>>,
+    #[serde(rename = "Input Dims", borrow)]
+    input_dims: Option<&'a RawValue>,
+    #[serde(rename = "Input type", borrow)]
+    input_types: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct RawEvent<'a> {
+    #[serde(borrow)]
+    ph: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    cat: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    pid: Option<Num<'a>>,
+    #[serde(borrow)]
+    tid: Option<Num<'a>>,
+    #[serde(borrow)]
+    ts: Option<&'a RawValue>,
+    #[serde(borrow)]
+    dur: Option<&'a RawValue>,
+    #[serde(borrow)]
+    id: Option<Num<'a>>,
+    #[serde(borrow)]
+    args: Option<Args<'a>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DeviceProps<'a> {
+    id: Option<i64>,
+    #[serde(borrow)]
+    name: Option<Cow<'a, str>>,
+    total_global_mem: Option<i64>,
+    compute_major: Option<i64>,
+    compute_minor: Option<i64>,
+    num_sms: Option<i64>,
+}
+
+struct TopLevel<'s, 'w> {
+    sink: &'s mut Sink<'w>,
+}
+
+impl<'de> DeserializeSeed<'de> for TopLevel<'_, '_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for TopLevel<'_, '_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a Chrome-trace object with 'traceEvents', or an array of events")
+    }
+
+    // The bare-array form of the Chrome trace format.
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<(), A::Error> {
+        Events { sink: self.sink }.visit_seq(seq)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            match key.as_ref() {
+                "traceEvents" => map.next_value_seed(Events {
+                    sink: &mut *self.sink,
+                })?,
+                "deviceProperties" => {
+                    let props: Vec<DeviceProps<'de>> = map.next_value()?;
+                    for p in props {
+                        let name = p.name.map(|n| n.into_owned());
+                        let peaks = name.as_deref().and_then(nominal_peaks);
+                        self.sink.devices.push(Device {
+                            id: p.id.unwrap_or(self.sink.devices.len() as i64),
+                            compute_major: p.compute_major,
+                            compute_minor: p.compute_minor,
+                            sm_count: p.num_sms,
+                            memory_bytes: p.total_global_mem,
+                            mem_bandwidth_bytes_per_s: peaks.map(|p| p.0),
+                            peak_flops_fp16: peaks.map(|p| p.1),
+                            peak_source: peaks.map(|_| "nominal".to_string()),
+                            name,
+                            ..Default::default()
+                        });
+                    }
+                }
+                "cupti_version" => self.sink.run.cupti_version = Some(scalar(&mut map)?),
+                "cuda_runtime_version" => {
+                    self.sink.run.cuda_runtime_version = Some(scalar(&mut map)?)
+                }
+                "cuda_driver_version" => {
+                    self.sink.run.cuda_driver_version = Some(scalar(&mut map)?)
+                }
+                "schemaVersion" => self.sink.run.tool_version = Some(scalar(&mut map)?),
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn scalar<'de, A: MapAccess<'de>>(map: &mut A) -> Result<String, A::Error> {
+    Ok(match map.next_value::<Num<'de>>()? {
+        Num::Int(i) => i.to_string(),
+        Num::Float(f) => f.to_string(),
+        Num::Text(t) => t.into_owned(),
+    })
+}
+
+struct Events<'s, 'w> {
+    sink: &'s mut Sink<'w>,
+}
+
+impl<'de> DeserializeSeed<'de> for Events<'_, '_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Events<'_, '_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array of trace events")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while let Some(ev) = seq.next_element::<RawEvent<'de>>()? {
+            if let Err(e) = self.sink.event(ev) {
+                let msg = e.to_string();
+                self.sink.error = Some(e);
+                return Err(de::Error::custom(msg));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ns(s: &str) -> Option<i64> {
+        time_ns(&serde_json::from_str::<Box<RawValue>>(s).unwrap())
+    }
+
+    #[test]
+    fn microsecond_text_becomes_exact_nanoseconds() {
+        assert_eq!(ns("1695835542514261"), Some(1_695_835_542_514_261_000));
+        assert_eq!(ns("4203669604595.407"), Some(4_203_669_604_595_407));
+        assert_eq!(ns("2.5"), Some(2_500));
+        assert_eq!(ns("0.0004"), Some(0));
+        assert_eq!(ns("0.0005"), Some(1));
+        assert_eq!(ns("1.5e3"), Some(1_500_000));
+        assert_eq!(ns("-3.25"), Some(-3_250));
+        assert_eq!(ns("\"12\""), Some(12_000));
+        assert_eq!(ns("\"abc\""), None);
+    }
+
+    #[test]
+    fn copy_kind_comes_from_the_event_name_when_args_lack_it() {
+        assert_eq!(copy_kind_from_name("Memcpy HtoD (Pageable -> Device)"), CopyKind::HtoD);
+        assert_eq!(copy_kind_from_name("Memcpy DtoD (Device -> Device)"), CopyKind::DtoD);
+        assert_eq!(copy_kind_from_name("Memset (Device)"), CopyKind::Unknown);
+    }
+}

@@ -1,0 +1,1 @@
+//! Fusable-chain recognition and replacement proposals (a later issue fills this crate).

@@ -1,0 +1,238 @@
+//! `fuseprof`: measure GPU deep-learning models, find fusable operator chains, prove the gain.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use fuseprof_collector::import::{self, Format, ImportOptions};
+use fuseprof_store::Store;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "fuseprof",
+    version,
+    about = "Profile GPU models, find fusable operator chains, and measure the fix",
+    after_help = "Examples:\n  \
+      fuseprof import trace.json.gz -o run.sqlite     # PyTorch profiler trace\n  \
+      fuseprof import report.sqlite -o run.sqlite     # nsys export --type sqlite\n  \
+      fuseprof info run.sqlite\n  \
+      fuseprof export run.sqlite -o trace.json        # open in ui.perfetto.dev"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Import a PyTorch-profiler JSON trace (.json or .json.gz) or an `nsys export --type
+    /// sqlite` file into a new run file.
+    #[command(after_help = "Examples:\n  \
+        fuseprof import fixtures/kineto/hta_critical_path_alexnet_trace.json.gz -o alexnet.sqlite\n  \
+        fuseprof import --format nsys profile.sqlite -o run.sqlite --force")]
+    Import {
+        /// The trace to read.
+        input: PathBuf,
+        /// The run file to write (must not exist unless --force).
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Read the input as this format instead of detecting it.
+        #[arg(long, value_enum)]
+        format: Option<FormatArg>,
+        /// Replace the output file if it exists.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Write a run as Chrome-trace JSON for the Perfetto UI or chrome://tracing.
+    #[command(after_help = "Example:\n  fuseprof export run.sqlite -o trace.json")]
+    Export {
+        /// The run file to read.
+        run: PathBuf,
+        /// The JSON file to write.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Replace the output file if it exists.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Show what a run holds: source, devices, counts, time span.
+    #[command(after_help = "Example:\n  fuseprof info run.sqlite --json")]
+    Info {
+        /// The run file to read.
+        run: PathBuf,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum FormatArg {
+    Kineto,
+    Nsys,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("FUSEPROF_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match run(cli.command) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("fuseprof: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(command: Command) -> Result<ExitCode> {
+    match command {
+        Command::Import {
+            input,
+            output,
+            format,
+            force,
+        } => {
+            let options = ImportOptions {
+                overwrite: force,
+                format: format.map(|f| match f {
+                    FormatArg::Kineto => Format::Kineto,
+                    FormatArg::Nsys => Format::Nsys,
+                }),
+            };
+            let started = std::time::Instant::now();
+            let report = import::import(&input, &output, &options)
+                .with_context(|| format!("cannot import {}", input.display()))?;
+            let secs = started.elapsed().as_secs_f64();
+            let c = &report.counts;
+            eprintln!(
+                "imported {} ({:?}): {} kernels, {} memcpy, {} memset, {} API calls, {} ranges, \
+                 {} flows from {} source events in {:.2} s -> {}",
+                input.display(),
+                report.format,
+                c.kernels,
+                c.memcpys,
+                c.memsets,
+                c.api_calls,
+                c.ranges,
+                c.flows,
+                report.source_events,
+                secs,
+                output.display()
+            );
+            for (why, n) in &report.skipped {
+                eprintln!("  not stored: {n} {why}");
+            }
+        }
+        Command::Export { run, output, force } => {
+            let mut store = Store::open(&run)?;
+            let s = fuseprof_reports::chrome::export(&mut store, &output, force)
+                .with_context(|| format!("cannot export {}", run.display()))?;
+            eprintln!(
+                "wrote {} events ({} launch flows) to {}",
+                s.events,
+                s.flows,
+                output.display()
+            );
+        }
+        Command::Info { run, json } => {
+            let mut store = Store::open(&run)?;
+            let info = store.info()?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&info)?);
+            } else {
+                print!("{}", render_info(&info));
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn render_info(i: &fuseprof_store::Info) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    let r = &i.run;
+    let _ = writeln!(s, "run:        {}", i.path);
+    let _ = writeln!(
+        s,
+        "source:     {}{}",
+        r.source_format,
+        r.source_path
+            .as_deref()
+            .map(|p| format!(" ({p})"))
+            .unwrap_or_default()
+    );
+    if let Some(t) = &r.tool {
+        let _ = writeln!(
+            s,
+            "tool:       {t}{}",
+            r.tool_version
+                .as_deref()
+                .map(|v| format!(", {v}"))
+                .unwrap_or_default()
+        );
+    }
+    if let Some(c) = &r.command {
+        let _ = writeln!(s, "command:    {c}");
+    }
+    if let Some(h) = &r.host {
+        let _ = writeln!(s, "host:       {h}");
+    }
+    if let (Some(a), Some(b)) = (i.first_ns, i.last_ns) {
+        let _ = writeln!(s, "time span:  {:.3} ms", (b - a) as f64 / 1e6);
+    }
+    let c = &i.counts;
+    let _ = writeln!(
+        s,
+        "kernels:    {} ({:.3} ms of GPU time)",
+        c.kernels,
+        i.kernel_time_ns as f64 / 1e6
+    );
+    let _ = writeln!(s, "memcpy:     {}", c.memcpys);
+    let _ = writeln!(s, "memset:     {}", c.memsets);
+    let _ = writeln!(
+        s,
+        "API calls:  {} runtime, {} driver",
+        c.runtime_calls, c.driver_calls
+    );
+    let ranges: i64 = c.ranges.iter().map(|(_, n)| n).sum();
+    let _ = writeln!(s, "ranges:     {ranges}");
+    for (k, n) in &c.ranges {
+        let _ = writeln!(s, "  {k:<20} {n}");
+    }
+    let _ = writeln!(s, "flows:      {}", c.flows);
+    let _ = writeln!(
+        s,
+        "processes:  {}, threads: {}, GPU streams: {}",
+        c.processes, c.threads, c.streams
+    );
+    for d in &i.devices {
+        let _ = write!(s, "device {}:   {}", d.id, d.name.as_deref().unwrap_or("(unnamed)"));
+        if let Some(n) = d.sm_count {
+            let _ = write!(s, ", {n} SMs");
+        }
+        if let Some(m) = d.memory_bytes {
+            let _ = write!(s, ", {:.1} GiB", m as f64 / (1u64 << 30) as f64);
+        }
+        if let (Some(bw), Some(src)) = (d.mem_bandwidth_bytes_per_s, &d.peak_source) {
+            let _ = write!(s, ", {:.2} TB/s ({src})", bw / 1e12);
+        }
+        let _ = writeln!(s);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cli_definition_is_consistent() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,37 @@
+//! The fuseprof store: one SQLite file per run, written by one [`Writer`] and read through
+//! [`Store`]. Every source (Kineto JSON, `nsys export` SQLite, live CUPTI capture) lands here,
+//! and every later stage reads only this.
+//!
+//! The schema lives in `migrations/` (applied with `sqlx::migrate!`); `meta` holds the format
+//! name and [`SCHEMA_VERSION`]. sqlx is async; this crate hides that behind a blocking API with
+//! its own current-thread runtime, because its callers are parsers and number crunchers.
+//!
+//! ```
+//! use fuseprof_store::{CreateOptions, Range, RangeKind, RunInfo, Store, Writer};
+//! let dir = tempfile::tempdir().unwrap();
+//! let path = dir.path().join("run.sqlite");
+//! let mut w = Writer::create(&path, CreateOptions::default()).unwrap();
+//! let name = w.intern("aten::addmm");
+//! let mut r = Range::new(RangeKind::CpuOp, name, 100, 100, 1_000);
+//! r.end_ns = Some(2_000);
+//! w.range(r).unwrap();
+//! w.finish(RunInfo { source_format: "kineto".into(), ..Default::default() }).unwrap();
+//!
+//! let mut store = Store::open(&path).unwrap();
+//! let strings = store.strings().unwrap();
+//! store.for_each_range(|r| assert_eq!(strings.get(r.name), "aten::addmm")).unwrap();
+//! ```
+
+mod error;
+mod model;
+mod raw;
+mod reader;
+mod writer;
+
+pub use error::{Error, Result};
+pub use model::*;
+pub use reader::{Info, Store, Strings, TableCounts};
+pub use writer::{Counts, CreateOptions, Writer};
+
+/// The schema version this build writes and the newest it reads.
+pub const SCHEMA_VERSION: i64 = 1;

@@ -1,0 +1,333 @@
+//! The records a run holds. Importers and the collector build these; readers get them back.
+
+use serde::Serialize;
+
+/// Index of an interned string in the store's `strings` table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct StrId(pub i64);
+
+/// A GPU kernel execution.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Kernel {
+    pub start_ns: i64,
+    pub end_ns: i64,
+    pub device_id: i64,
+    pub stream_id: i64,
+    /// The launching process, where the source says.
+    pub pid: Option<i64>,
+    pub correlation_id: Option<i64>,
+    pub external_id: Option<i64>,
+    pub name: StrId,
+    pub grid: Option<[i64; 3]>,
+    pub block: Option<[i64; 3]>,
+    pub registers_per_thread: Option<i64>,
+    pub static_smem_bytes: Option<i64>,
+    pub dynamic_smem_bytes: Option<i64>,
+    /// The CUDA graph this kernel ran in; `None` for a direct launch.
+    pub graph_id: Option<i64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemopKind {
+    Memcpy,
+    Memset,
+}
+
+impl MemopKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemopKind::Memcpy => "memcpy",
+            MemopKind::Memset => "memset",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "memcpy" => Some(MemopKind::Memcpy),
+            "memset" => Some(MemopKind::Memset),
+            _ => None,
+        }
+    }
+}
+
+/// Direction of a copy, named as CUPTI's `CUpti_ActivityMemcpyKind` does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CopyKind {
+    Unknown,
+    HtoD,
+    DtoH,
+    HtoA,
+    AtoH,
+    AtoA,
+    AtoD,
+    DtoA,
+    DtoD,
+    HtoH,
+    PtoP,
+}
+
+impl CopyKind {
+    /// From CUPTI's numeric kind (also what `nsys export` writes in `copyKind`).
+    pub fn from_cupti(kind: i64) -> Self {
+        match kind {
+            1 => CopyKind::HtoD,
+            2 => CopyKind::DtoH,
+            3 => CopyKind::HtoA,
+            4 => CopyKind::AtoH,
+            5 => CopyKind::AtoA,
+            6 => CopyKind::AtoD,
+            7 => CopyKind::DtoA,
+            8 => CopyKind::DtoD,
+            9 => CopyKind::HtoH,
+            10 => CopyKind::PtoP,
+            _ => CopyKind::Unknown,
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CopyKind::Unknown => "Unknown",
+            CopyKind::HtoD => "HtoD",
+            CopyKind::DtoH => "DtoH",
+            CopyKind::HtoA => "HtoA",
+            CopyKind::AtoH => "AtoH",
+            CopyKind::AtoA => "AtoA",
+            CopyKind::AtoD => "AtoD",
+            CopyKind::DtoA => "DtoA",
+            CopyKind::DtoD => "DtoD",
+            CopyKind::HtoH => "HtoH",
+            CopyKind::PtoP => "PtoP",
+        }
+    }
+    pub fn parse(s: &str) -> Self {
+        match s {
+            "HtoD" => CopyKind::HtoD,
+            "DtoH" => CopyKind::DtoH,
+            "HtoA" => CopyKind::HtoA,
+            "AtoH" => CopyKind::AtoH,
+            "AtoA" => CopyKind::AtoA,
+            "AtoD" => CopyKind::AtoD,
+            "DtoA" => CopyKind::DtoA,
+            "DtoD" => CopyKind::DtoD,
+            "HtoH" => CopyKind::HtoH,
+            "PtoP" => CopyKind::PtoP,
+            _ => CopyKind::Unknown,
+        }
+    }
+}
+
+/// A copy or fill on the GPU.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Memop {
+    pub kind: MemopKind,
+    pub start_ns: i64,
+    pub end_ns: i64,
+    pub device_id: i64,
+    pub stream_id: i64,
+    pub pid: Option<i64>,
+    pub correlation_id: Option<i64>,
+    pub external_id: Option<i64>,
+    pub bytes: Option<i64>,
+    /// Memcpy only.
+    pub copy_kind: Option<CopyKind>,
+    /// Memset only.
+    pub value: Option<i64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Api {
+    Runtime,
+    Driver,
+}
+
+impl Api {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Api::Runtime => "runtime",
+            Api::Driver => "driver",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "runtime" => Some(Api::Runtime),
+            "driver" => Some(Api::Driver),
+            _ => None,
+        }
+    }
+}
+
+/// A CUDA runtime or driver API call on a host thread.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ApiCall {
+    pub api: Api,
+    pub start_ns: i64,
+    pub end_ns: i64,
+    pub pid: i64,
+    pub tid: i64,
+    pub correlation_id: Option<i64>,
+    pub external_id: Option<i64>,
+    pub name: StrId,
+    pub return_code: Option<i64>,
+}
+
+/// What a range is. Stored as text so that a reader can see it in plain SQL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RangeKind {
+    NvtxPushPop,
+    NvtxStartEnd,
+    NvtxMark,
+    CpuOp,
+    UserAnnotation,
+    GpuUserAnnotation,
+    PythonFunction,
+    CudaSync,
+    Instant,
+    Other,
+}
+
+impl RangeKind {
+    pub const ALL: [RangeKind; 10] = [
+        RangeKind::NvtxPushPop,
+        RangeKind::NvtxStartEnd,
+        RangeKind::NvtxMark,
+        RangeKind::CpuOp,
+        RangeKind::UserAnnotation,
+        RangeKind::GpuUserAnnotation,
+        RangeKind::PythonFunction,
+        RangeKind::CudaSync,
+        RangeKind::Instant,
+        RangeKind::Other,
+    ];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RangeKind::NvtxPushPop => "nvtx_push_pop",
+            RangeKind::NvtxStartEnd => "nvtx_start_end",
+            RangeKind::NvtxMark => "nvtx_mark",
+            RangeKind::CpuOp => "cpu_op",
+            RangeKind::UserAnnotation => "user_annotation",
+            RangeKind::GpuUserAnnotation => "gpu_user_annotation",
+            RangeKind::PythonFunction => "python_function",
+            RangeKind::CudaSync => "cuda_sync",
+            RangeKind::Instant => "instant",
+            RangeKind::Other => "other",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        RangeKind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+    /// Ranges that sit on GPU tracks: their `pid`/`tid` are device/stream.
+    pub fn is_gpu_side(self) -> bool {
+        matches!(self, RangeKind::GpuUserAnnotation | RangeKind::CudaSync)
+    }
+}
+
+/// A host range or mark: NVTX, a PyTorch op, a user annotation. `end_ns` is `None` for
+/// marks and for ranges that never closed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Range {
+    pub kind: RangeKind,
+    pub start_ns: i64,
+    pub end_ns: Option<i64>,
+    pub pid: i64,
+    pub tid: i64,
+    pub end_tid: Option<i64>,
+    pub domain: Option<StrId>,
+    pub name: StrId,
+    pub category: Option<StrId>,
+    pub color: Option<i64>,
+    pub depth: Option<i64>,
+    pub external_id: Option<i64>,
+    pub correlation_id: Option<i64>,
+    pub input_dims: Option<StrId>,
+    pub input_types: Option<StrId>,
+}
+
+impl Range {
+    /// A range with only the required fields set.
+    pub fn new(kind: RangeKind, name: StrId, pid: i64, tid: i64, start_ns: i64) -> Self {
+        Range {
+            kind,
+            start_ns,
+            end_ns: None,
+            pid,
+            tid,
+            end_tid: None,
+            domain: None,
+            name,
+            category: None,
+            color: None,
+            depth: None,
+            external_id: None,
+            correlation_id: None,
+            input_dims: None,
+            input_types: None,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlowPhase {
+    Start,
+    Step,
+    Finish,
+}
+
+impl FlowPhase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FlowPhase::Start => "s",
+            FlowPhase::Step => "t",
+            FlowPhase::Finish => "f",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "s" => Some(FlowPhase::Start),
+            "t" => Some(FlowPhase::Step),
+            "f" => Some(FlowPhase::Finish),
+            _ => None,
+        }
+    }
+}
+
+/// One end of a flow arrow as the source recorded it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Flow {
+    pub category: StrId,
+    pub flow_id: i64,
+    pub phase: FlowPhase,
+    pub ts_ns: i64,
+    pub pid: i64,
+    pub tid: i64,
+}
+
+/// A GPU as the source describes it; peaks are `None` where unknown.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Device {
+    pub id: i64,
+    pub name: Option<String>,
+    pub compute_major: Option<i64>,
+    pub compute_minor: Option<i64>,
+    pub sm_count: Option<i64>,
+    pub memory_bytes: Option<i64>,
+    pub clock_khz: Option<i64>,
+    pub mem_bandwidth_bytes_per_s: Option<f64>,
+    pub peak_flops_fp16: Option<f64>,
+    /// `"measured"` or `"nominal"` when the peaks are set.
+    pub peak_source: Option<String>,
+}
+
+/// Where a run came from. Written once, when the writer finishes.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct RunInfo {
+    /// `"kineto"`, `"nsys"` or `"cupti"`.
+    pub source_format: String,
+    pub source_path: Option<String>,
+    pub command: Option<String>,
+    pub host: Option<String>,
+    pub start_unix_ns: Option<i64>,
+    pub tool: Option<String>,
+    pub tool_version: Option<String>,
+    pub cuda_runtime_version: Option<String>,
+    pub cuda_driver_version: Option<String>,
+    pub cupti_version: Option<String>,
+}

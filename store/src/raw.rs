@@ -1,0 +1,167 @@
+//! Prepared statements on the SQLite handle that sqlx lends out (`lock_handle`).
+//!
+//! sqlx runs each statement through a worker thread and a channel: right for metadata, too slow
+//! for millions of rows. The bulk paths (writing batches, scanning tables) borrow the
+//! connection's raw handle for the duration of one batch or one scan and step statements here.
+
+use std::ffi::{c_int, CStr};
+use std::marker::PhantomData;
+use std::ptr::{self, NonNull};
+
+use libsqlite3_sys as ffi;
+
+use crate::{Error, Result};
+
+/// A prepared statement that must not outlive the locked handle it came from (`'h`).
+pub(crate) struct Stmt<'h> {
+    stmt: NonNull<ffi::sqlite3_stmt>,
+    db: NonNull<ffi::sqlite3>,
+    _handle: PhantomData<&'h mut ()>,
+}
+
+fn db_error(db: NonNull<ffi::sqlite3>, what: &str) -> Error {
+    // SAFETY: `db` is a live handle held under sqlx's lock; sqlite3_errmsg returns a
+    // NUL-terminated string owned by SQLite, copied before the next call.
+    let msg = unsafe { CStr::from_ptr(ffi::sqlite3_errmsg(db.as_ptr())) };
+    Error::Sqlite(format!("{what}: {}", msg.to_string_lossy()))
+}
+
+impl<'h> Stmt<'h> {
+    /// Prepares `sql` on `db`, which the caller holds locked for at least `'h`.
+    pub(crate) fn prepare(db: NonNull<ffi::sqlite3>, sql: &str) -> Result<Stmt<'h>> {
+        let mut stmt = ptr::null_mut();
+        // SAFETY: `db` is live and exclusively ours while sqlx's lock is held; `sql` is valid
+        // for its length, and SQLite copies what it needs.
+        let rc = unsafe {
+            ffi::sqlite3_prepare_v2(
+                db.as_ptr(),
+                sql.as_ptr().cast(),
+                sql.len() as c_int,
+                &mut stmt,
+                ptr::null_mut(),
+            )
+        };
+        if rc != ffi::SQLITE_OK {
+            return Err(db_error(db, "prepare"));
+        }
+        let stmt = NonNull::new(stmt).ok_or_else(|| Error::Sqlite("empty statement".into()))?;
+        Ok(Stmt {
+            stmt,
+            db,
+            _handle: PhantomData,
+        })
+    }
+
+    fn check(&self, rc: c_int, what: &str) -> Result<()> {
+        if rc == ffi::SQLITE_OK {
+            Ok(())
+        } else {
+            Err(db_error(self.db, what))
+        }
+    }
+
+    /// Binds parameter `idx` (1-based).
+    pub(crate) fn bind_i64(&mut self, idx: c_int, v: i64) -> Result<()> {
+        // SAFETY: the statement is live; SQLite checks `idx`.
+        let rc = unsafe { ffi::sqlite3_bind_int64(self.stmt.as_ptr(), idx, v) };
+        self.check(rc, "bind")
+    }
+
+    pub(crate) fn bind_opt_i64(&mut self, idx: c_int, v: Option<i64>) -> Result<()> {
+        match v {
+            Some(v) => self.bind_i64(idx, v),
+            None => {
+                // SAFETY: as above.
+                let rc = unsafe { ffi::sqlite3_bind_null(self.stmt.as_ptr(), idx) };
+                self.check(rc, "bind")
+            }
+        }
+    }
+
+    pub(crate) fn bind_text(&mut self, idx: c_int, s: &str) -> Result<()> {
+        // SAFETY: SQLITE_TRANSIENT makes SQLite copy the bytes before returning, so `s` may be
+        // dropped afterwards.
+        let rc = unsafe {
+            ffi::sqlite3_bind_text(
+                self.stmt.as_ptr(),
+                idx,
+                s.as_ptr().cast(),
+                s.len() as c_int,
+                ffi::SQLITE_TRANSIENT(),
+            )
+        };
+        self.check(rc, "bind")
+    }
+
+    /// Runs one step: `true` when a row is ready to read.
+    pub(crate) fn step(&mut self) -> Result<bool> {
+        // SAFETY: the statement is live and its parameters are bound.
+        match unsafe { ffi::sqlite3_step(self.stmt.as_ptr()) } {
+            ffi::SQLITE_ROW => Ok(true),
+            ffi::SQLITE_DONE => Ok(false),
+            _ => Err(db_error(self.db, "step")),
+        }
+    }
+
+    /// Steps an INSERT to completion and readies the statement for the next row.
+    pub(crate) fn execute(&mut self) -> Result<()> {
+        self.step()?;
+        // SAFETY: the statement is live; reset keeps bindings, which the next row overwrites.
+        unsafe { ffi::sqlite3_reset(self.stmt.as_ptr()) };
+        Ok(())
+    }
+
+    pub(crate) fn col_i64(&self, i: c_int) -> i64 {
+        // SAFETY: called only after `step` returned a row; out-of-range columns read as 0.
+        unsafe { ffi::sqlite3_column_int64(self.stmt.as_ptr(), i) }
+    }
+
+    pub(crate) fn col_opt_i64(&self, i: c_int) -> Option<i64> {
+        // SAFETY: as in `col_i64`.
+        if unsafe { ffi::sqlite3_column_type(self.stmt.as_ptr(), i) } == ffi::SQLITE_NULL {
+            None
+        } else {
+            Some(self.col_i64(i))
+        }
+    }
+
+    pub(crate) fn col_text(&self, i: c_int) -> Option<&str> {
+        // SAFETY: after a row step, sqlite3_column_text returns a pointer valid until the next
+        // step/reset/finalize, and the returned borrow of `self` cannot outlive that.
+        unsafe {
+            let p = ffi::sqlite3_column_text(self.stmt.as_ptr(), i);
+            if p.is_null() {
+                return None;
+            }
+            let n = ffi::sqlite3_column_bytes(self.stmt.as_ptr(), i) as usize;
+            std::str::from_utf8(std::slice::from_raw_parts(p, n)).ok()
+        }
+    }
+}
+
+impl Drop for Stmt<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the statement was prepared by us and is finalized exactly once.
+        unsafe { ffi::sqlite3_finalize(self.stmt.as_ptr()) };
+    }
+}
+
+/// Runs SQL with no result rows (several statements allowed).
+pub(crate) fn exec(db: NonNull<ffi::sqlite3>, sql: &str) -> Result<()> {
+    let c = std::ffi::CString::new(sql).map_err(|_| Error::Sqlite("NUL in SQL".into()))?;
+    // SAFETY: `db` is live under sqlx's lock; no callback is passed.
+    let rc = unsafe {
+        ffi::sqlite3_exec(
+            db.as_ptr(),
+            c.as_ptr(),
+            None,
+            ptr::null_mut(),
+            ptr::null_mut(),
+        )
+    };
+    if rc == ffi::SQLITE_OK {
+        Ok(())
+    } else {
+        Err(db_error(db, "exec"))
+    }
+}

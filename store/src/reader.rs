@@ -1,0 +1,424 @@
+//! Reading a run: metadata through sqlx queries, bulk scans through prepared statements.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use sqlx::sqlite::SqliteConnectOptions;
+use sqlx::{ConnectOptions, Row, SqliteConnection};
+
+use crate::model::*;
+use crate::raw::Stmt;
+use crate::{Error, Result, SCHEMA_VERSION};
+
+/// An open, complete run.
+pub struct Store {
+    path: PathBuf,
+    rt: tokio::runtime::Runtime,
+    conn: SqliteConnection,
+    /// The schema version the file was written with.
+    pub schema_version: i64,
+}
+
+/// The run's string table; ids are dense from 1.
+pub struct Strings {
+    values: Vec<String>,
+}
+
+impl Strings {
+    /// The text of `id`; an id the table lacks reads as "".
+    pub fn get(&self, id: StrId) -> &str {
+        usize::try_from(id.0 - 1)
+            .ok()
+            .and_then(|i| self.values.get(i))
+            .map_or("", |s| s.as_str())
+    }
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+}
+
+/// Counts of what a run holds.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct TableCounts {
+    pub kernels: i64,
+    pub memcpys: i64,
+    pub memsets: i64,
+    pub runtime_calls: i64,
+    pub driver_calls: i64,
+    pub ranges: Vec<(String, i64)>,
+    pub flows: i64,
+    pub strings: i64,
+    pub processes: i64,
+    pub threads: i64,
+    pub streams: i64,
+}
+
+/// What `fuseprof info` shows.
+#[derive(Clone, Debug, Serialize)]
+pub struct Info {
+    pub path: String,
+    pub schema_version: i64,
+    pub run: RunInfo,
+    pub counts: TableCounts,
+    pub devices: Vec<Device>,
+    /// Earliest start and latest end over every record, in the source's clock.
+    pub first_ns: Option<i64>,
+    pub last_ns: Option<i64>,
+    pub kernel_time_ns: i64,
+}
+
+fn not_a_store(path: &Path, reason: impl Into<String>) -> Error {
+    Error::NotAStore {
+        path: path.into(),
+        reason: reason.into(),
+    }
+}
+
+impl Store {
+    /// Opens a run written by [`crate::Writer`]; refuses files that are not runs, runs from a
+    /// newer schema, and runs whose writer never finished.
+    pub fn open(path: &Path) -> Result<Store> {
+        let meta = std::fs::metadata(path).map_err(|source| Error::Io {
+            path: path.into(),
+            source,
+        })?;
+        if !meta.is_file() {
+            return Err(not_a_store(path, "it is not a file"));
+        }
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .map_err(|source| Error::Io {
+                path: path.into(),
+                source,
+            })?;
+        let mut conn = rt
+            .block_on(
+                SqliteConnectOptions::new()
+                    .filename(path)
+                    .read_only(true)
+                    .connect(),
+            )
+            .map_err(|e| not_a_store(path, format!("cannot open it as SQLite: {e}")))?;
+        let format: Option<String> = rt
+            .block_on(
+                sqlx::query_scalar("SELECT value FROM meta WHERE key = 'format'")
+                    .fetch_optional(&mut conn),
+            )
+            .map_err(|e| match e {
+                sqlx::Error::Database(d) if d.message().contains("no such table") => {
+                    not_a_store(path, "an SQLite file without fuseprof's tables")
+                }
+                e => not_a_store(path, e.to_string()),
+            })?;
+        if format.as_deref() != Some("fuseprof-store") {
+            return Err(not_a_store(path, "its meta table names no fuseprof store"));
+        }
+        let version: String = rt
+            .block_on(
+                sqlx::query_scalar("SELECT value FROM meta WHERE key = 'schema_version'")
+                    .fetch_one(&mut conn),
+            )
+            .map_err(|e| not_a_store(path, format!("no schema version: {e}")))?;
+        let schema_version: i64 = version
+            .parse()
+            .map_err(|_| not_a_store(path, format!("schema version {version:?}")))?;
+        if schema_version > SCHEMA_VERSION {
+            return Err(Error::NewerSchema {
+                path: path.into(),
+                found: schema_version,
+                supported: SCHEMA_VERSION,
+            });
+        }
+        let complete: Option<i64> = rt
+            .block_on(sqlx::query_scalar("SELECT complete FROM run WHERE id = 1").fetch_optional(&mut conn))?;
+        if complete != Some(1) {
+            return Err(Error::Incomplete { path: path.into() });
+        }
+        Ok(Store {
+            path: path.into(),
+            rt,
+            conn,
+            schema_version,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn run(&mut self) -> Result<RunInfo> {
+        let row = self.rt.block_on(
+            sqlx::query(
+                "SELECT source_format, source_path, command, host, start_unix_ns, tool, \
+                 tool_version, cuda_runtime_version, cuda_driver_version, cupti_version \
+                 FROM run WHERE id = 1",
+            )
+            .fetch_one(&mut self.conn),
+        )?;
+        Ok(RunInfo {
+            source_format: row.try_get(0)?,
+            source_path: row.try_get(1)?,
+            command: row.try_get(2)?,
+            host: row.try_get(3)?,
+            start_unix_ns: row.try_get(4)?,
+            tool: row.try_get(5)?,
+            tool_version: row.try_get(6)?,
+            cuda_runtime_version: row.try_get(7)?,
+            cuda_driver_version: row.try_get(8)?,
+            cupti_version: row.try_get(9)?,
+        })
+    }
+
+    pub fn devices(&mut self) -> Result<Vec<Device>> {
+        let rows = self.rt.block_on(
+            sqlx::query(
+                "SELECT id, name, compute_major, compute_minor, sm_count, memory_bytes, \
+                 clock_khz, mem_bandwidth_bytes_per_s, peak_flops_fp16, peak_source \
+                 FROM devices ORDER BY id",
+            )
+            .fetch_all(&mut self.conn),
+        )?;
+        rows.iter()
+            .map(|r| {
+                Ok(Device {
+                    id: r.try_get(0)?,
+                    name: r.try_get(1)?,
+                    compute_major: r.try_get(2)?,
+                    compute_minor: r.try_get(3)?,
+                    sm_count: r.try_get(4)?,
+                    memory_bytes: r.try_get(5)?,
+                    clock_khz: r.try_get(6)?,
+                    mem_bandwidth_bytes_per_s: r.try_get(7)?,
+                    peak_flops_fp16: r.try_get(8)?,
+                    peak_source: r.try_get(9)?,
+                })
+            })
+            .collect()
+    }
+
+    /// `(pid, name)` for every process.
+    pub fn processes(&mut self) -> Result<Vec<(i64, Option<String>)>> {
+        let rows = self.rt.block_on(
+            sqlx::query_as("SELECT pid, name FROM processes ORDER BY pid").fetch_all(&mut self.conn),
+        )?;
+        Ok(rows)
+    }
+
+    /// `(pid, tid, name)` for every thread.
+    pub fn threads(&mut self) -> Result<Vec<(i64, i64, Option<String>)>> {
+        let rows = self.rt.block_on(
+            sqlx::query_as("SELECT pid, tid, name FROM threads ORDER BY pid, tid")
+                .fetch_all(&mut self.conn),
+        )?;
+        Ok(rows)
+    }
+
+    /// The whole string table (unique texts only, so it stays small).
+    pub fn strings(&mut self) -> Result<Strings> {
+        let mut values = Vec::new();
+        self.scan("SELECT id, value FROM strings ORDER BY id", |st| {
+            let id = st.col_i64(0) as usize;
+            values.resize(id.max(values.len()), String::new());
+            values[id - 1] = st.col_text(1).unwrap_or("").to_string();
+        })?;
+        Ok(Strings { values })
+    }
+
+    pub fn info(&mut self) -> Result<Info> {
+        let run = self.run()?;
+        let devices = self.devices()?;
+        let q = |sql: &'static str| sqlx::query_scalar::<_, i64>(sql);
+        let c = &mut self.conn;
+        let rt = &self.rt;
+        let mut counts = TableCounts {
+            kernels: rt.block_on(q("SELECT count(*) FROM kernels").fetch_one(&mut *c))?,
+            memcpys: rt.block_on(
+                q("SELECT count(*) FROM memops WHERE kind = 'memcpy'").fetch_one(&mut *c),
+            )?,
+            memsets: rt.block_on(
+                q("SELECT count(*) FROM memops WHERE kind = 'memset'").fetch_one(&mut *c),
+            )?,
+            runtime_calls: rt.block_on(
+                q("SELECT count(*) FROM api_calls WHERE api = 'runtime'").fetch_one(&mut *c),
+            )?,
+            driver_calls: rt.block_on(
+                q("SELECT count(*) FROM api_calls WHERE api = 'driver'").fetch_one(&mut *c),
+            )?,
+            ranges: Vec::new(),
+            flows: rt.block_on(q("SELECT count(*) FROM flows").fetch_one(&mut *c))?,
+            strings: rt.block_on(q("SELECT count(*) FROM strings").fetch_one(&mut *c))?,
+            processes: rt.block_on(q("SELECT count(*) FROM processes").fetch_one(&mut *c))?,
+            threads: rt.block_on(q("SELECT count(*) FROM threads").fetch_one(&mut *c))?,
+            streams: rt.block_on(
+                q("SELECT count(*) FROM (SELECT DISTINCT device_id, stream_id FROM kernels \
+                   UNION SELECT DISTINCT device_id, stream_id FROM memops)")
+                .fetch_one(&mut *c),
+            )?,
+        };
+        counts.ranges = rt.block_on(
+            sqlx::query_as("SELECT kind, count(*) FROM ranges GROUP BY kind ORDER BY kind")
+                .fetch_all(&mut *c),
+        )?;
+        let (first_ns, last_ns): (Option<i64>, Option<i64>) = rt.block_on(
+            sqlx::query_as(
+                "SELECT min(s), max(e) FROM ( \
+                   SELECT min(start_ns) s, max(end_ns) e FROM kernels \
+                   UNION ALL SELECT min(start_ns), max(end_ns) FROM memops \
+                   UNION ALL SELECT min(start_ns), max(end_ns) FROM api_calls \
+                   UNION ALL SELECT min(start_ns), max(coalesce(end_ns, start_ns)) FROM ranges)",
+            )
+            .fetch_one(&mut *c),
+        )?;
+        let kernel_time_ns = rt.block_on(
+            q("SELECT coalesce(sum(end_ns - start_ns), 0) FROM kernels").fetch_one(&mut *c),
+        )?;
+        Ok(Info {
+            path: self.path.display().to_string(),
+            schema_version: self.schema_version,
+            run,
+            counts,
+            devices,
+            first_ns,
+            last_ns,
+            kernel_time_ns,
+        })
+    }
+
+    /// Runs a read-only query through the raw handle, calling `row` for each result row.
+    fn scan(&mut self, sql: &str, mut row: impl FnMut(&Stmt<'_>)) -> Result<()> {
+        let conn = &mut self.conn;
+        self.rt.block_on(async move {
+            let mut h = conn.lock_handle().await?;
+            let mut st = Stmt::prepare(h.as_raw_handle(), sql)?;
+            while st.step()? {
+                row(&st);
+            }
+            Ok(())
+        })
+    }
+
+    /// Every kernel, in the order they were written.
+    pub fn for_each_kernel(&mut self, mut f: impl FnMut(Kernel)) -> Result<()> {
+        self.scan(
+            "SELECT start_ns, end_ns, device_id, stream_id, pid, correlation_id, external_id, \
+             name_id, grid_x, grid_y, grid_z, block_x, block_y, block_z, registers_per_thread, \
+             static_smem_bytes, dynamic_smem_bytes, graph_id FROM kernels ORDER BY id",
+            |s| {
+                let triple = |i| {
+                    Some([s.col_opt_i64(i)?, s.col_opt_i64(i + 1)?, s.col_opt_i64(i + 2)?])
+                };
+                f(Kernel {
+                    start_ns: s.col_i64(0),
+                    end_ns: s.col_i64(1),
+                    device_id: s.col_i64(2),
+                    stream_id: s.col_i64(3),
+                    pid: s.col_opt_i64(4),
+                    correlation_id: s.col_opt_i64(5),
+                    external_id: s.col_opt_i64(6),
+                    name: StrId(s.col_i64(7)),
+                    grid: triple(8),
+                    block: triple(11),
+                    registers_per_thread: s.col_opt_i64(14),
+                    static_smem_bytes: s.col_opt_i64(15),
+                    dynamic_smem_bytes: s.col_opt_i64(16),
+                    graph_id: s.col_opt_i64(17),
+                })
+            },
+        )
+    }
+
+    /// Every memcpy and memset, in the order they were written.
+    pub fn for_each_memop(&mut self, mut f: impl FnMut(Memop)) -> Result<()> {
+        self.scan(
+            "SELECT kind, start_ns, end_ns, device_id, stream_id, pid, correlation_id, \
+             external_id, bytes, copy_kind, value FROM memops ORDER BY id",
+            |s| {
+                f(Memop {
+                    kind: s
+                        .col_text(0)
+                        .and_then(MemopKind::parse)
+                        .unwrap_or(MemopKind::Memcpy),
+                    start_ns: s.col_i64(1),
+                    end_ns: s.col_i64(2),
+                    device_id: s.col_i64(3),
+                    stream_id: s.col_i64(4),
+                    pid: s.col_opt_i64(5),
+                    correlation_id: s.col_opt_i64(6),
+                    external_id: s.col_opt_i64(7),
+                    bytes: s.col_opt_i64(8),
+                    copy_kind: s.col_text(9).map(CopyKind::parse),
+                    value: s.col_opt_i64(10),
+                })
+            },
+        )
+    }
+
+    /// Every CUDA API call, in the order they were written.
+    pub fn for_each_api_call(&mut self, mut f: impl FnMut(ApiCall)) -> Result<()> {
+        self.scan(
+            "SELECT api, start_ns, end_ns, pid, tid, correlation_id, external_id, name_id, \
+             return_code FROM api_calls ORDER BY id",
+            |s| {
+                f(ApiCall {
+                    api: s.col_text(0).and_then(Api::parse).unwrap_or(Api::Runtime),
+                    start_ns: s.col_i64(1),
+                    end_ns: s.col_i64(2),
+                    pid: s.col_i64(3),
+                    tid: s.col_i64(4),
+                    correlation_id: s.col_opt_i64(5),
+                    external_id: s.col_opt_i64(6),
+                    name: StrId(s.col_i64(7)),
+                    return_code: s.col_opt_i64(8),
+                })
+            },
+        )
+    }
+
+    /// Every range and mark, in the order they were written.
+    pub fn for_each_range(&mut self, mut f: impl FnMut(Range)) -> Result<()> {
+        self.scan(
+            "SELECT kind, start_ns, end_ns, pid, tid, end_tid, domain_id, name_id, category_id, \
+             color, depth, external_id, correlation_id, input_dims_id, input_types_id \
+             FROM ranges ORDER BY id",
+            |s| {
+                f(Range {
+                    kind: s.col_text(0).and_then(RangeKind::parse).unwrap_or(RangeKind::Other),
+                    start_ns: s.col_i64(1),
+                    end_ns: s.col_opt_i64(2),
+                    pid: s.col_i64(3),
+                    tid: s.col_i64(4),
+                    end_tid: s.col_opt_i64(5),
+                    domain: s.col_opt_i64(6).map(StrId),
+                    name: StrId(s.col_i64(7)),
+                    category: s.col_opt_i64(8).map(StrId),
+                    color: s.col_opt_i64(9),
+                    depth: s.col_opt_i64(10),
+                    external_id: s.col_opt_i64(11),
+                    correlation_id: s.col_opt_i64(12),
+                    input_dims: s.col_opt_i64(13).map(StrId),
+                    input_types: s.col_opt_i64(14).map(StrId),
+                })
+            },
+        )
+    }
+
+    /// Every flow end, in the order they were written.
+    pub fn for_each_flow(&mut self, mut f: impl FnMut(Flow)) -> Result<()> {
+        self.scan(
+            "SELECT category_id, flow_id, phase, ts_ns, pid, tid FROM flows ORDER BY id",
+            |s| {
+                f(Flow {
+                    category: StrId(s.col_i64(0)),
+                    flow_id: s.col_i64(1),
+                    phase: s.col_text(2).and_then(FlowPhase::parse).unwrap_or(FlowPhase::Start),
+                    ts_ns: s.col_i64(3),
+                    pid: s.col_i64(4),
+                    tid: s.col_i64(5),
+                })
+            },
+        )
+    }
+}

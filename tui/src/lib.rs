@@ -1,0 +1,1 @@
+//! The ratatui timeline explorer (a later issue fills this crate).
