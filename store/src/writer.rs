@@ -96,7 +96,7 @@ pub struct CreateOptions {
 ///     block: Some([128, 1, 1]), registers_per_thread: Some(32), static_smem_bytes: Some(0),
 ///     dynamic_smem_bytes: Some(0), graph_id: None }).unwrap();
 /// w.finish(RunInfo { source_format: "cupti".into(), ..Default::default() }).unwrap();
-/// let store = Store::open(&path).unwrap();
+/// let mut store = Store::open(&path).unwrap();
 /// assert_eq!(store.info().unwrap().counts.kernels, 1);
 /// ```
 pub struct Writer {

@@ -1,0 +1,403 @@
+//! Importers against real traces (counts in the store equal counts in the source) and against
+//! bad input (a clear error, and no output file left behind).
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use fuseprof_collector::import::{import, ImportError, ImportOptions};
+use fuseprof_fixtures as fixtures;
+use fuseprof_store::{RangeKind, Store};
+
+fn read_gz(path: &Path) -> Vec<u8> {
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(path).unwrap())
+        .read_to_end(&mut out)
+        .unwrap();
+    out
+}
+
+/// Counts in the store, by what a user would count in the source.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Tally {
+    kernels: u64,
+    memcpys: u64,
+    memsets: u64,
+    runtime: u64,
+    driver: u64,
+    ranges: BTreeMap<String, u64>,
+    flows: u64,
+}
+
+fn tally_store(path: &Path) -> Tally {
+    let mut s = Store::open(path).unwrap();
+    let mut t = Tally::default();
+    s.for_each_kernel(|_| t.kernels += 1).unwrap();
+    s.for_each_memop(|m| match m.kind {
+        fuseprof_store::MemopKind::Memcpy => t.memcpys += 1,
+        fuseprof_store::MemopKind::Memset => t.memsets += 1,
+    })
+    .unwrap();
+    s.for_each_api_call(|a| match a.api {
+        fuseprof_store::Api::Runtime => t.runtime += 1,
+        fuseprof_store::Api::Driver => t.driver += 1,
+    })
+    .unwrap();
+    s.for_each_range(|r| *t.ranges.entry(r.kind.as_str().to_string()).or_default() += 1)
+        .unwrap();
+    s.for_each_flow(|_| t.flows += 1).unwrap();
+    t
+}
+
+/// The same counts, read straight from the Kineto JSON with serde_json::Value.
+fn tally_kineto(path: &Path) -> (Tally, u64) {
+    let v: serde_json::Value = serde_json::from_slice(&read_gz(path)).unwrap();
+    let events = v["traceEvents"].as_array().unwrap();
+    let mut t = Tally::default();
+    for e in events {
+        let ph = e["ph"].as_str().unwrap_or("");
+        let cat = e["cat"].as_str().unwrap_or("");
+        let kind = match (ph, cat) {
+            ("X", "kernel") => {
+                t.kernels += 1;
+                continue;
+            }
+            ("X", "gpu_memcpy") => {
+                t.memcpys += 1;
+                continue;
+            }
+            ("X", "gpu_memset") => {
+                t.memsets += 1;
+                continue;
+            }
+            ("X", "cuda_runtime") => {
+                t.runtime += 1;
+                continue;
+            }
+            ("X", "cuda_driver") => {
+                t.driver += 1;
+                continue;
+            }
+            ("X", "cpu_op") => RangeKind::CpuOp,
+            ("X", "user_annotation") => RangeKind::UserAnnotation,
+            ("X", "gpu_user_annotation") => RangeKind::GpuUserAnnotation,
+            ("X", "python_function") => RangeKind::PythonFunction,
+            ("X", "cuda_sync") => RangeKind::CudaSync,
+            ("X", _) => RangeKind::Other,
+            ("i", _) => RangeKind::Instant,
+            ("s" | "t" | "f", _) => {
+                t.flows += 1;
+                continue;
+            }
+            _ => continue,
+        };
+        *t.ranges.entry(kind.as_str().to_string()).or_default() += 1;
+    }
+    (t, events.len() as u64)
+}
+
+#[test]
+fn every_kineto_fixture_imports_with_every_event_accounted_for() {
+    let dir = tempfile::tempdir().unwrap();
+    for rel in fixtures::KINETO {
+        let input = fixtures::path(rel);
+        let out = dir.path().join(format!("{}.sqlite", rel.replace('/', "_")));
+        let report = import(&input, &out, &ImportOptions::default())
+            .unwrap_or_else(|e| panic!("{rel}: {e}"));
+        let (expected, source_events) = tally_kineto(&input);
+        assert_eq!(tally_store(&out), expected, "{rel}");
+        assert_eq!(report.source_events, source_events, "{rel}");
+        let skipped: u64 = report.skipped.values().sum();
+        assert_eq!(
+            report.counts.events() + report.names + skipped,
+            source_events,
+            "{rel}: rows + names + skipped must cover every source event"
+        );
+        assert!(expected.kernels > 0, "{rel} has kernels");
+    }
+}
+
+fn nsys_count(path: &Path, sql: &str) -> u64 {
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    rt.block_on(async {
+        use sqlx::{ConnectOptions, Row};
+        let mut c = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(path)
+            .read_only(true)
+            .immutable(true)
+            .connect()
+            .await
+            .unwrap();
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql.to_string()))
+            .fetch_one(&mut c)
+            .await
+            .unwrap();
+        row.get::<i64, _>(0) as u64
+    })
+}
+
+#[test]
+fn every_nsys_fixture_imports_with_every_event_accounted_for() {
+    let dir = tempfile::tempdir().unwrap();
+    for rel in fixtures::NSYS {
+        let input = fixtures::path(rel);
+        let out = dir.path().join("run.sqlite");
+        let _ = std::fs::remove_file(&out);
+        let report = import(&input, &out, &ImportOptions::default()).unwrap();
+        let n = |sql: &str| nsys_count(&input, sql);
+        let mut ranges = BTreeMap::new();
+        ranges.insert(
+            "nvtx_push_pop".to_string(),
+            n("SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 59"),
+        );
+        let starts = n("SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 60");
+        if starts > 0 {
+            ranges.insert("nvtx_start_end".to_string(), starts);
+        }
+        let marks = n("SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 34");
+        if marks > 0 {
+            ranges.insert("nvtx_mark".to_string(), marks);
+        }
+        ranges.insert(
+            "cuda_sync".to_string(),
+            n("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"),
+        );
+        let overhead = n("SELECT count(*) FROM PROFILER_OVERHEAD")
+            + n("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_OVERHEAD");
+        if overhead > 0 {
+            ranges.insert("other".to_string(), overhead);
+        }
+        let expected = Tally {
+            kernels: n("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL"),
+            memcpys: n("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY"),
+            memsets: n("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMSET"),
+            runtime: n("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE eventClass = 0"),
+            driver: n("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE eventClass = 1"),
+            ranges,
+            flows: 0,
+        };
+        assert_eq!(tally_store(&out), expected, "{rel}");
+        // Kernels and their launches join on (pid, correlation id): every kernel finds its call.
+        let mut s = Store::open(&out).unwrap();
+        let mut calls = std::collections::HashSet::new();
+        s.for_each_api_call(|a| {
+            calls.insert((a.pid, a.correlation_id));
+        })
+        .unwrap();
+        let mut orphans = 0;
+        s.for_each_kernel(|k| {
+            if !calls.contains(&(k.pid.unwrap(), k.correlation_id)) {
+                orphans += 1;
+            }
+        })
+        .unwrap();
+        // The fixtures are time windows cut from longer captures: some launches fall before the
+        // window. The store must link exactly the kernels whose launch the source holds.
+        let unlinked = n("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k WHERE NOT EXISTS \
+             (SELECT 1 FROM CUPTI_ACTIVITY_KIND_RUNTIME r WHERE r.correlationId = k.correlationId \
+              AND ((r.globalTid >> 24) & 16777215) = ((k.globalPid >> 24) & 16777215))");
+        assert_eq!(orphans, unlinked, "{rel}: kernels without their launching call");
+        assert!(unlinked < report.counts.kernels / 10);
+        assert!(report.counts.kernels > 1000);
+        let info = s.info().unwrap();
+        assert_eq!(info.run.source_format, "nsys");
+        assert!(info.run.command.unwrap().starts_with("torchrun"));
+    }
+}
+
+#[test]
+fn kineto_kernels_get_the_launching_process_and_shapes_survive() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run.sqlite");
+    import(
+        &fixtures::path("kineto/hta_trace_compare_base_base.json.gz"),
+        &out,
+        &ImportOptions::default(),
+    )
+    .unwrap();
+    let mut s = Store::open(&out).unwrap();
+    let strings = s.strings().unwrap();
+    let mut launches = std::collections::HashSet::new();
+    s.for_each_api_call(|a| {
+        launches.insert(a.correlation_id.unwrap());
+    })
+    .unwrap();
+    let mut linked = 0;
+    s.for_each_kernel(|k| {
+        // This small trace keeps only some launches: a kernel gets the launching process
+        // exactly when its launch is in the file.
+        let launched_here = launches.contains(&k.correlation_id.unwrap());
+        assert_eq!(k.pid.is_some(), launched_here, "{k:?}");
+        if launched_here {
+            linked += 1;
+            assert_eq!(k.pid, Some(2568503));
+        }
+    })
+    .unwrap();
+    assert!(linked >= 2);
+    let mut dims = Vec::new();
+    s.for_each_range(|r| {
+        if let Some(d) = r.input_dims {
+            dims.push(strings.get(d).to_string());
+        }
+    })
+    .unwrap();
+    assert!(dims.contains(&"[[], [], [], [], []]".to_string()), "{dims:?}");
+}
+
+// ---- bad input ---------------------------------------------------------------------------
+
+/// Runs an import expected to fail; checks the message names the file and nothing is left.
+fn expect_failure(input: &Path, needle: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run.sqlite");
+    let err = import(input, &out, &ImportOptions::default())
+        .expect_err("the import should fail")
+        .to_string();
+    assert!(err.contains(needle), "message {err:?} should contain {needle:?}");
+    assert!(!err.contains('\n'), "one line: {err:?}");
+    let left: Vec<PathBuf> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert!(left.is_empty(), "files left behind: {left:?}");
+    err
+}
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::File::create(&p).unwrap().write_all(bytes).unwrap();
+    p
+}
+
+#[test]
+fn truncated_json_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = read_gz(&fixtures::path("kineto/hta_critical_path_alexnet_trace.json.gz"));
+    let p = write(dir.path(), "cut.json", &json[..json.len() / 2]);
+    let err = expect_failure(&p, "ends early");
+    assert!(err.contains("cut.json"), "{err}");
+}
+
+#[test]
+fn corrupt_json_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(dir.path(), "bad.json", br#"{"traceEvents": [{"ph": "X",, }]}"#);
+    expect_failure(&p, "malformed JSON");
+}
+
+#[test]
+fn a_gz_name_without_gzip_data_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(dir.path(), "plain.json.gz", br#"{"traceEvents": []}"#);
+    expect_failure(&p, "not gzip-compressed");
+}
+
+#[test]
+fn truncated_gzip_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let gz = std::fs::read(fixtures::path("kineto/hta_critical_path_alexnet_trace.json.gz")).unwrap();
+    let p = write(dir.path(), "cut.json.gz", &gz[..gz.len() / 3]);
+    expect_failure(&p, "corrupt gzip");
+}
+
+#[test]
+fn empty_traces_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(dir.path(), "empty.json", b"");
+    expect_failure(&p, "empty");
+    let p = write(dir.path(), "noevents.json", br#"{"traceEvents": [], "schemaVersion": 1}"#);
+    expect_failure(&p, "no events");
+    let p = write(dir.path(), "other.json", br#"{"hello": "world"}"#);
+    expect_failure(&p, "no events");
+}
+
+#[test]
+fn a_file_of_another_kind_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(dir.path(), "picture.png", b"\x89PNG\r\n\x1a\n0000000000");
+    expect_failure(&p, "neither a PyTorch-profiler JSON trace");
+    let p = write(dir.path(), "list.json", b"[1, 2, 3]");
+    expect_failure(&p, "not a PyTorch-profiler trace");
+}
+
+fn sqlite_with(dir: &Path, name: &str, sql: &str) -> PathBuf {
+    let p = dir.join(name);
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    rt.block_on(async {
+        use sqlx::{ConnectOptions, Connection};
+        let mut c = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(&p)
+            .create_if_missing(true)
+            .connect()
+            .await
+            .unwrap();
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_string()))
+            .execute(&mut c)
+            .await
+            .unwrap();
+        c.close().await.unwrap();
+    });
+    p
+}
+
+#[test]
+fn an_sqlite_file_that_is_not_a_trace_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = sqlite_with(dir.path(), "notes.sqlite", "CREATE TABLE notes (t TEXT);");
+    expect_failure(&p, "not an nsys export");
+}
+
+#[test]
+fn an_unknown_nsys_schema_major_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("future.sqlite");
+    std::fs::copy(fixtures::path("nsys/nsysai_mfu_2gpu_before.sqlite"), &p).unwrap();
+    let mut perms = std::fs::metadata(&p).unwrap().permissions();
+    #[allow(clippy::permissions_set_readonly_false)]
+    perms.set_readonly(false);
+    std::fs::set_permissions(&p, perms).unwrap();
+    sqlite_with(
+        dir.path(),
+        "future.sqlite",
+        "UPDATE META_DATA_EXPORT SET value = '4' WHERE name = 'EXPORT_SCHEMA_VERSION_MAJOR';
+         UPDATE META_DATA_EXPORT SET value = '4.0.0' WHERE name = 'EXPORT_SCHEMA_VERSION';",
+    );
+    expect_failure(&p, "schema 4.0.0 (major 4) is not supported");
+}
+
+#[test]
+fn an_existing_output_is_kept_and_the_import_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = write(dir.path(), "run.sqlite", b"precious");
+    let input = fixtures::path("kineto/hta_trace_compare_base_base.json.gz");
+    let err = import(&input, &out, &ImportOptions::default()).unwrap_err();
+    assert!(matches!(err, ImportError::Store(fuseprof_store::Error::OutputExists { .. })), "{err}");
+    assert_eq!(std::fs::read(&out).unwrap(), b"precious");
+    // --force replaces it.
+    let opts = ImportOptions {
+        overwrite: true,
+        ..Default::default()
+    };
+    import(&input, &out, &opts).unwrap();
+    assert!(Store::open(&out).is_ok());
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+}
+
+#[test]
+fn an_unwritable_output_is_refused() {
+    let input = fixtures::path("kineto/hta_trace_compare_base_base.json.gz");
+    let err = import(
+        &input,
+        Path::new("/nonexistent-dir/run.sqlite"),
+        &ImportOptions::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("/nonexistent-dir/run.sqlite"), "{err}");
+}
+
+#[test]
+fn a_missing_input_is_refused() {
+    expect_failure(Path::new("/no/such/trace.json"), "/no/such/trace.json");
+}

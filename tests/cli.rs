@@ -1,0 +1,134 @@
+//! The `fuseprof` binary as a user runs it: exit codes, one-line errors, and a round trip from
+//! a real trace to Perfetto-ready JSON.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn fuseprof(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fuseprof"))
+        .args(args)
+        .output()
+        .expect("run fuseprof")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Checks what Perfetto's and Chrome's JSON importers need: the object form with a
+/// traceEvents array, known phases with numeric times, durations that are not negative,
+/// integer pid/tid, names for every process, and flow starts matched by finishes.
+fn validate_chrome_trace(v: &serde_json::Value) -> (usize, usize) {
+    let events = v["traceEvents"].as_array().expect("traceEvents array");
+    let mut named = HashSet::new();
+    let mut used = HashSet::new();
+    let mut flows: HashMap<u64, (usize, usize)> = HashMap::new();
+    let mut complete = 0;
+    for e in events {
+        let ph = e["ph"].as_str().expect("ph");
+        let pid = e["pid"].as_i64().expect("integer pid");
+        assert!(e["tid"].is_i64(), "integer tid: {e}");
+        match ph {
+            "M" => {
+                assert!(e["args"]["name"].is_string(), "{e}");
+                if e["name"] == "process_name" {
+                    named.insert(pid);
+                }
+            }
+            "X" => {
+                assert!(e["ts"].is_number() && e["dur"].as_f64().unwrap() >= 0.0, "{e}");
+                assert!(e["name"].is_string(), "{e}");
+                used.insert(pid);
+                complete += 1;
+            }
+            "i" => assert!(e["ts"].is_number(), "{e}"),
+            "s" | "f" => {
+                let id = e["id"].as_u64().expect("flow id");
+                let slot = flows.entry(id).or_default();
+                if ph == "s" {
+                    slot.0 += 1;
+                } else {
+                    assert_eq!(e["bp"], "e", "{e}");
+                    slot.1 += 1;
+                }
+            }
+            other => panic!("unexpected phase {other}"),
+        }
+    }
+    for pid in &used {
+        assert!(named.contains(pid), "process {pid} has no name");
+    }
+    assert!(flows.values().all(|&(s, f)| s == 1 && f == 1), "unpaired flows");
+    (complete, flows.len())
+}
+
+#[test]
+fn import_info_export_round_trip_on_real_traces() {
+    let dir = tempfile::tempdir().unwrap();
+    for (fixture, kernels) in [
+        ("kineto/hta_critical_path_alexnet_trace.json.gz", 79),
+        ("nsys/nsysai_mfu_2gpu_before.sqlite", 4010),
+    ] {
+        let input = fuseprof_fixtures::path(fixture);
+        let run = dir.path().join("run.sqlite");
+        let json = dir.path().join("trace.json");
+        let _ = std::fs::remove_file(&run);
+        let _ = std::fs::remove_file(&json);
+        let o = fuseprof(&["import", s(&input), "-o", s(&run)]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(stderr(&o).contains(&format!("{kernels} kernels")), "{}", stderr(&o));
+
+        let o = fuseprof(&["info", s(&run), "--json"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let info: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(info["counts"]["kernels"], kernels);
+
+        let o = fuseprof(&["export", s(&run), "-o", s(&json)]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let (complete, flows) = validate_chrome_trace(&v);
+        assert!(complete >= kernels as usize);
+        assert!(flows > 0, "{fixture}: launch flows expected");
+        let kernel_events = v["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["cat"] == "kernel")
+            .count();
+        assert_eq!(kernel_events, kernels as usize);
+        // Exporting again over the file is refused; --force replaces it.
+        let o = fuseprof(&["export", s(&run), "-o", s(&json)]);
+        assert!(!o.status.success());
+        assert!(stderr(&o).contains("already exists"));
+        assert!(fuseprof(&["export", s(&run), "-o", s(&json), "--force"]).status.success());
+    }
+}
+
+#[test]
+fn bad_input_gets_one_line_and_a_failing_exit_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.json");
+    std::fs::write(&junk, "{\"traceEvents\": [{\"ph\": \"X\", \"ts\": 1").unwrap();
+    let out = dir.path().join("run.sqlite");
+    for args in [
+        vec!["import", s(&junk), "-o", s(&out)],
+        vec!["import", "/no/such/file.json", "-o", s(&out)],
+        vec!["info", s(&junk)],
+        vec!["export", s(&junk), "-o", s(&out)],
+    ] {
+        let o = fuseprof(&args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        let err = stderr(&o);
+        assert!(err.starts_with("fuseprof: "), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(!out.exists(), "{args:?} left {out:?}");
+    }
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+}
