@@ -9,10 +9,11 @@ copies=${1:-420}
 work=${BENCH_DIR:-$(mktemp -d)}
 cargo build --release -q -p fuseprof --bin fuseprof
 cargo build --release -q -p fuseprof-collector --example gen_kineto
-bin=target/release/fuseprof
+target=${CARGO_TARGET_DIR:-target}
+bin=$target/release/fuseprof
 src=fixtures/kineto/hta_timeline_analysis_sampled_rank-0.json.gz
 big=$work/kineto-big.json
-[ -f "$big" ] || target/release/examples/gen_kineto "$src" "$copies" "$big"
+[ -f "$big" ] || $target/release/examples/gen_kineto "$src" "$copies" "$big"
 gzip -kf -1 "$big"
 
 row() { # label input

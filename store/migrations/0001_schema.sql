@@ -140,13 +140,4 @@ CREATE TABLE flows (
     tid         INTEGER NOT NULL
 );
 
-CREATE INDEX kernels_by_stream_time ON kernels (device_id, stream_id, start_ns);
-CREATE INDEX kernels_by_correlation ON kernels (correlation_id, pid);
-CREATE INDEX memops_by_stream_time  ON memops (device_id, stream_id, start_ns);
-CREATE INDEX memops_by_correlation  ON memops (correlation_id, pid);
-CREATE INDEX api_calls_by_correlation ON api_calls (correlation_id, pid);
-CREATE INDEX api_calls_by_thread_time ON api_calls (pid, tid, start_ns);
-CREATE INDEX ranges_by_thread_time  ON ranges (pid, tid, start_ns);
-CREATE INDEX ranges_by_external     ON ranges (external_id);
-
 INSERT INTO meta (key, value) VALUES ('format', 'fuseprof-store'), ('schema_version', '1');

@@ -5,13 +5,14 @@
 //! statements. The caller never waits on SQLite unless the channel is full, memory stays bounded
 //! by the channel, and the file appears under its final name only when `finish` succeeds.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::thread::JoinHandle;
 
 use libsqlite3_sys as ffi;
+use rustc_hash::FxHashMap;
 use serde::Serialize;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteLockingMode, SqliteSynchronous};
 use sqlx::{ConnectOptions, Connection, SqliteConnection};
@@ -21,6 +22,8 @@ use crate::raw::{self, Stmt};
 use crate::{Error, Result};
 
 const BATCH_RECORDS: usize = 16 * 1024;
+/// The migration that creates the tables; later ones only add indexes.
+const TABLES_MIGRATION: i64 = 1;
 const CHANNEL_BATCHES: usize = 4;
 
 /// How many records of each kind a writer took.
@@ -102,7 +105,9 @@ pub struct CreateOptions {
 pub struct Writer {
     tx: Option<SyncSender<Msg>>,
     thread: Option<JoinHandle<Result<()>>>,
-    strings: HashMap<Box<str>, StrId>,
+    // Interning runs once per event with long kernel names: a fast hash matters here.
+    strings: FxHashMap<Box<str>, StrId>,
+    last_thread: Option<(i64, i64)>,
     batch: Batch,
     counts: Counts,
     processes: BTreeMap<i64, Option<String>>,
@@ -154,7 +159,8 @@ impl Writer {
         let mut w = Writer {
             tx: Some(tx),
             thread: Some(thread),
-            strings: HashMap::new(),
+            strings: FxHashMap::default(),
+            last_thread: None,
             batch: Batch::default(),
             counts: Counts::default(),
             processes: BTreeMap::new(),
@@ -229,6 +235,11 @@ impl Writer {
 
     /// Names a thread (and notes its process).
     pub fn thread(&mut self, pid: i64, tid: i64, name: Option<&str>) {
+        // Sources call this for every event; consecutive events mostly share a thread.
+        if name.is_none() && self.last_thread == Some((pid, tid)) {
+            return;
+        }
+        self.last_thread = Some((pid, tid));
         self.process(pid, None);
         let slot = self.threads.entry((pid, tid)).or_default();
         if let Some(n) = name {
@@ -402,7 +413,11 @@ async fn open_for_writing(path: &Path) -> Result<SqliteConnection> {
         .pragma("cache_size", "-131072")
         .connect()
         .await?;
-    sqlx::migrate!("./migrations").run(&mut conn).await?;
+    // Tables only: the indexes (migration 2) are built once at `finish`, which costs far less
+    // than maintaining them row by row during a bulk load.
+    sqlx::migrate!("./migrations")
+        .run_to(TABLES_MIGRATION, &mut conn)
+        .await?;
     sqlx::query("BEGIN").execute(&mut conn).await?;
     Ok(conn)
 }
@@ -534,6 +549,9 @@ fn write_batch(db: NonNull<ffi::sqlite3>, b: &Batch) -> Result<()> {
 }
 
 async fn write_finish(conn: &mut SqliteConnection, f: Finish) -> Result<()> {
+    sqlx::query("COMMIT").execute(&mut *conn).await?;
+    sqlx::migrate!("./migrations").run(&mut *conn).await?;
+    sqlx::query("BEGIN").execute(&mut *conn).await?;
     let now_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as i64)

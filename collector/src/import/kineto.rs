@@ -41,9 +41,13 @@ pub fn read_source(path: &Path) -> Result<Vec<u8>> {
 
 pub(crate) fn import(path: &Path, output: &Path, create: CreateOptions) -> Result<ImportReport> {
     let buf = read_source(path)?;
+    // One UTF-8 check over the whole buffer is far cheaper than serde_json's check per string.
+    let text = std::str::from_utf8(&buf).map_err(|e| {
+        ImportError::format(path, format!("not UTF-8 text (byte {})", e.valid_up_to()))
+    })?;
     let mut writer = Writer::create(output, create)?;
     let mut sink = Sink::new(&mut writer);
-    let mut de = serde_json::Deserializer::from_slice(&buf);
+    let mut de = serde_json::Deserializer::from_str(text);
     let top = TopLevel { sink: &mut sink };
     let parsed = top.deserialize(&mut de).and_then(|()| de.end());
     if let Err(e) = parsed {
