@@ -1,0 +1,44 @@
+#!/bin/bash
+# One device call: resource report (nvcc), correctness, benchmarks, compute-sanitizer.
+# Run from the repository root with the release cdylib at .dev-kernels/libfuseprof_kernels.so:
+#   bash kernels/bench/run_device.sh [check|bench|sanitize|all]
+set -u
+STEP=${1:-all}
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
+export FUSEPROF_KERNELS_LIB=${FUSEPROF_KERNELS_LIB:-$PWD/.dev-kernels/libfuseprof_kernels.so}
+OUT=${OUT:-/tmp/fk-out}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
+
+if [[ $STEP == all || $STEP == check ]]; then
+  # Register / spill / stack report of every variant, and a second compiler's opinion on syntax.
+  for f in fmha window elementwise; do for bf in 0 1; do for hd in 32 64; do
+    [[ $f != fmha && $hd == 64 ]] && continue
+    { cat kernels/src/cu/common.cuh; echo "#line 1 \"$f.cu\""; cat kernels/src/cu/$f.cu; } > /tmp/k_$f.cu
+    echo "== $f bf16=$bf head_dim=$hd"
+    nvcc -arch=sm_90 -cubin -o /tmp/k_$f.cubin -Xptxas -v -DFP_BF16=$bf -DHEAD_DIM=$hd /tmp/k_$f.cu 2>&1 \
+      | grep -E "error|warning|Compiling|registers|spill|stack" | sed 's/ptxas info    ://' | head -60
+  done; done; done > "$OUT/nvcc.log" 2>&1
+  grep -c error "$OUT/nvcc.log" | sed 's/^/nvcc error lines: /'
+  timeout 150 python3 kernels/bench/gpu_check.py --mode check > "$OUT/check.log" 2>&1
+  echo "check rc=$?"
+  grep -E "^FAIL|CHECKS|PRECOMPILE|Error|error" "$OUT/check.log" | head -40
+fi
+if [[ $STEP == all || $STEP == bench ]]; then
+  timeout 280 python3 kernels/bench/gpu_check.py --mode bench > "$OUT/bench.log" 2>&1
+  echo "bench rc=$?"
+  grep -vE "^\s*$" "$OUT/bench.log" | grep -E "^(window|fMHA|LN|reverse|padded|aligned|GEMM|bias|ceil|\|)" | head -80
+fi
+if [[ $STEP == all || $STEP == sanitize ]]; then
+  timeout 120 compute-sanitizer --tool memcheck --print-limit 20 python3 kernels/bench/gpu_check.py --mode small \
+    > "$OUT/memcheck.log" 2>&1
+  echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|CHECKS" "$OUT/memcheck.log"
+  # racecheck: our kernels only (it cannot run cuBLASLt's Hopper GEMMs, see gpu_check.py --help)
+  timeout 100 compute-sanitizer --tool racecheck --print-limit 20 \
+    python3 kernels/bench/gpu_check.py --mode race > "$OUT/racecheck.log" 2>&1
+  echo "racecheck rc=$?"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|CHECKS" "$OUT/racecheck.log"
+fi
+# at most 8 files come back from the device
+rm -f "$OUT/check_small.json"
+[[ -f $OUT/bench.json ]] && rm -f "$OUT/bench_partial.json"
+ls "$OUT"

@@ -1,0 +1,92 @@
+// common.cuh: helpers shared by every fuseprof kernel source.
+//
+// The loader prepends this text to each .cu file before NVRTC compiles it, so the sources
+// include no system header at all: NVRTC needs no include path and the crate needs no CUDA
+// install to build. Element storage is raw 16-bit (`u16`); FP_BF16 picks how the bits are read.
+// Conversions go through PTX `cvt`, available on every sm_80+ GPU.
+
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef long long i64;
+
+#ifndef FP_BF16
+#define FP_BF16 0
+#endif
+
+#define LOG2E_F 1.4426950408889634f
+
+__device__ __forceinline__ float to_f32(u16 v) {
+#if FP_BF16
+    return __uint_as_float(((u32)v) << 16);
+#else
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v));
+    return f;
+#endif
+}
+
+__device__ __forceinline__ u16 from_f32(float f) {
+    u16 v;
+#if FP_BF16
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(v) : "f"(f));
+#else
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(v) : "f"(f));
+#endif
+    return v;
+}
+
+// Two floats to one 32-bit pair: `lo` in the low half (the lower address), `hi` in the high half.
+// PTX puts its first source operand in the upper half.
+__device__ __forceinline__ u32 pack2(float lo, float hi) {
+    u32 r;
+#if FP_BF16
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+#else
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+#endif
+    return r;
+}
+
+__device__ __forceinline__ float lo_f32(u32 v) { return to_f32((u16)(v & 0xffffu)); }
+__device__ __forceinline__ float hi_f32(u32 v) { return to_f32((u16)(v >> 16)); }
+
+// Eight 16-bit values in one 16-byte vector.
+__device__ __forceinline__ void unpack8(const uint4 v, float f[8]) {
+    f[0] = lo_f32(v.x); f[1] = hi_f32(v.x);
+    f[2] = lo_f32(v.y); f[3] = hi_f32(v.y);
+    f[4] = lo_f32(v.z); f[5] = hi_f32(v.z);
+    f[6] = lo_f32(v.w); f[7] = hi_f32(v.w);
+}
+
+__device__ __forceinline__ uint4 pack8(const float f[8]) {
+    uint4 v;
+    v.x = pack2(f[0], f[1]);
+    v.y = pack2(f[2], f[3]);
+    v.z = pack2(f[4], f[5]);
+    v.w = pack2(f[6], f[7]);
+    return v;
+}
+
+// Read-only 16-byte load through the non-coherent path.
+__device__ __forceinline__ uint4 ldg16(const u16* p) {
+    return __ldg(reinterpret_cast<const uint4*>(p));
+}
+
+__device__ __forceinline__ void stg16(u16* p, uint4 v) {
+    *reinterpret_cast<uint4*>(p) = v;
+}
+
+__device__ __forceinline__ float ldg_f32(const u16* p) { return to_f32(__ldg(p)); }
+
+// Exact GELU, as torch.nn.functional.gelu(approximate='none'): 0.5 x (1 + erf(x / sqrt 2)).
+__device__ __forceinline__ float gelu_erf(float x) {
+    return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+}
+
+__device__ __forceinline__ u32 smem_addr(const void* p) {
+    u32 a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+
+#define NEG_INF __uint_as_float(0xff800000u)

@@ -1,0 +1,344 @@
+// fmha.cu: fused multi-head attention for short sequences (Swin windows, ViT, BERT).
+//
+// out[t, h*D + :] = softmax(scale * q k^T + bias[h] + mask[b % n_mask]) v, per (batch b, head h),
+// reading q/k/v straight from the QKV linear's output layout [tokens, 3, heads, D] and writing
+// [tokens, heads*D], so neither the permute before attention nor the transpose after remains.
+//
+// One CTA = 4 warps = one block of 64 query rows of one (batch, head); each warp owns 16 rows.
+// Two entry points:
+//   fmha_fwd_short (N <= 64, Swin windows): one key block; q/k/v land in shared memory through
+//     cp.async (all loads in flight at once, rows past N zero-filled) while the CTA sums bias and
+//     mask into an fp32 tile in shared memory with coalesced loads.
+//   fmha_fwd_long (any N): keys in blocks of 64 with an online softmax, K/V double-buffered so the
+//     next block loads while this one computes; bias/mask read from global memory (a key-padding
+//     mask is one broadcast value per key). Tensor cores via mma.sync m16n8k16 (fp32
+// accumulation), portable to every sm_80+ GPU. The softmax runs in fp32 registers in the log2
+// domain; bias and mask are added in fp32.
+//
+// Compile-time: HEAD_DIM (32 or 64), FP_BF16 (0 = fp16, 1 = bf16).
+
+#ifndef HEAD_DIM
+#define HEAD_DIM 32
+#endif
+
+#define BLOCK_M 64
+#define BLOCK_N 64
+#define NWARPS 4
+#define SROW (HEAD_DIM + 8)   // shared-memory row stride in elements: +16 bytes against bank conflicts
+#define DCH (HEAD_DIM / 8)     // 16-byte chunks per row
+
+__device__ __forceinline__ void mma16816(float c[4], const u32 a[4], u32 b0, u32 b1) {
+#if FP_BF16
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#endif
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(u32 r[4], u32 addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+#define ADD_STRIDE (BLOCK_N + 8)  // fp32 additive tile row stride (conflict-free 8-byte reads)
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool pred) {
+    const u32 s = smem_addr(smem);
+    const int n = pred ? 16 : 0;  // 0 source bytes: the 16 destination bytes are zero-filled
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int PENDING>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
+}
+
+// Start copying rows [row0, row0 + 64) of q, k or v (which = 0, 1, 2) of (batch b, head h) into
+// shared memory; rows at or past N are zero-filled so padded keys and values stay finite.
+__device__ __forceinline__ void load_tile_async(u16 (*dst)[SROW], const u16* __restrict__ qkv, int which,
+                                                int b, int h, int N, int H, int row0) {
+#pragma unroll
+    for (int it = 0; it < BLOCK_M * DCH / (NWARPS * 32); ++it) {
+        const int i = it * NWARPS * 32 + threadIdx.x;
+        const int r = i / DCH;
+        const int c = i - r * DCH;
+        const int row = row0 + r;
+        const bool ok = row < N;
+        const i64 t = (i64)b * N + (ok ? row : 0);
+        cp_async16(&dst[r][c * 8], qkv + ((t * 3 + which) * H + h) * HEAD_DIM + c * 8, ok);
+    }
+}
+
+struct WarpState {
+    u32 qa[HEAD_DIM / 16][4];
+    float o[HEAD_DIM / 8][4];
+    float m0, m1, l0, l1;
+};
+
+__device__ __forceinline__ void load_q_frags(WarpState& st, const u16 (*Qs)[SROW], int wrow, int g, int tq) {
+#pragma unroll
+    for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
+        st.qa[kk][0] = *reinterpret_cast<const u32*>(&Qs[wrow + g][kk * 16 + 2 * tq]);
+        st.qa[kk][1] = *reinterpret_cast<const u32*>(&Qs[wrow + g + 8][kk * 16 + 2 * tq]);
+        st.qa[kk][2] = *reinterpret_cast<const u32*>(&Qs[wrow + g][kk * 16 + 2 * tq + 8]);
+        st.qa[kk][3] = *reinterpret_cast<const u32*>(&Qs[wrow + g + 8][kk * 16 + 2 * tq + 8]);
+    }
+#pragma unroll
+    for (int j = 0; j < HEAD_DIM / 8; ++j) {
+        st.o[j][0] = 0.f; st.o[j][1] = 0.f; st.o[j][2] = 0.f; st.o[j][3] = 0.f;
+    }
+    st.m0 = NEG_INF; st.m1 = NEG_INF;
+    st.l0 = 0.f; st.l1 = 0.f;
+}
+
+// One 64-key block for this warp's 16 rows. The additive term (bias + mask, already times
+// log2 e) comes from the shared tile `add` (rows relative to the tile, may be null) or from
+// global rows (add_g*, may be null); keys >= N get -inf.
+__device__ __forceinline__ void attend_block(WarpState& st, const u16 (*Ks)[SROW], const u16 (*Vs)[SROW],
+                                             const float (*add)[ADD_STRIDE], int arow, bool r0_ok, bool r1_ok,
+                                             const u16* ab0, const u16* ab1, const u16* am0, const u16* am1,
+                                             int kb, int N, float scale_log2, int g, int tq, int lane) {
+    float s[BLOCK_N / 8][4];
+#pragma unroll
+    for (int j = 0; j < BLOCK_N / 8; ++j) {
+        s[j][0] = 0.f; s[j][1] = 0.f; s[j][2] = 0.f; s[j][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
+            const u32 b0 = *reinterpret_cast<const u32*>(&Ks[j * 8 + g][kk * 16 + 2 * tq]);
+            const u32 b1 = *reinterpret_cast<const u32*>(&Ks[j * 8 + g][kk * 16 + 2 * tq + 8]);
+            mma16816(s[j], st.qa[kk], b0, b1);
+        }
+    }
+    float bm0 = NEG_INF, bm1 = NEG_INF;
+#pragma unroll
+    for (int j = 0; j < BLOCK_N / 8; ++j) {
+        const int cl = j * 8 + 2 * tq;  // key within the block
+        float a00 = 0.f, a01 = 0.f, a10 = 0.f, a11 = 0.f;
+        if (add != nullptr) {
+            if (r0_ok) { const float2 v = *reinterpret_cast<const float2*>(&add[arow][cl]); a00 = v.x; a01 = v.y; }
+            if (r1_ok) { const float2 v = *reinterpret_cast<const float2*>(&add[arow + 8][cl]); a10 = v.x; a11 = v.y; }
+        }
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+            const int c = kb * BLOCK_N + cl + e;
+            float x0 = s[j][e] * scale_log2 + (e ? a01 : a00);
+            float x1 = s[j][2 + e] * scale_log2 + (e ? a11 : a10);
+            if (c < N) {
+                if (ab0 != nullptr) { x0 += ldg_f32(ab0 + c) * LOG2E_F; x1 += ldg_f32(ab1 + c) * LOG2E_F; }
+                if (am0 != nullptr) { x0 += ldg_f32(am0 + c) * LOG2E_F; x1 += ldg_f32(am1 + c) * LOG2E_F; }
+            } else {
+                x0 = NEG_INF;
+                x1 = NEG_INF;
+            }
+            s[j][e] = x0;
+            s[j][2 + e] = x1;
+            bm0 = fmaxf(bm0, x0);
+            bm1 = fmaxf(bm1, x1);
+        }
+    }
+    bm0 = fmaxf(bm0, __shfl_xor_sync(0xffffffffu, bm0, 1));
+    bm0 = fmaxf(bm0, __shfl_xor_sync(0xffffffffu, bm0, 2));
+    bm1 = fmaxf(bm1, __shfl_xor_sync(0xffffffffu, bm1, 1));
+    bm1 = fmaxf(bm1, __shfl_xor_sync(0xffffffffu, bm1, 2));
+    // Every key block holds at least one key < N, so the new maxima are finite.
+    const float nm0 = fmaxf(st.m0, bm0);
+    const float nm1 = fmaxf(st.m1, bm1);
+    const float alpha0 = exp2f(st.m0 - nm0);  // 0 on the first block (m = -inf)
+    const float alpha1 = exp2f(st.m1 - nm1);
+    st.m0 = nm0;
+    st.m1 = nm1;
+    st.l0 *= alpha0;
+    st.l1 *= alpha1;
+#pragma unroll
+    for (int j = 0; j < HEAD_DIM / 8; ++j) {
+        st.o[j][0] *= alpha0; st.o[j][1] *= alpha0;
+        st.o[j][2] *= alpha1; st.o[j][3] *= alpha1;
+    }
+#pragma unroll
+    for (int j = 0; j < BLOCK_N / 8; ++j) {
+        s[j][0] = exp2f(s[j][0] - nm0);
+        s[j][1] = exp2f(s[j][1] - nm0);
+        s[j][2] = exp2f(s[j][2] - nm1);
+        s[j][3] = exp2f(s[j][3] - nm1);
+        st.l0 += s[j][0] + s[j][1];
+        st.l1 += s[j][2] + s[j][3];
+    }
+    // O += P V: the S accumulator layout is the A-operand layout of the next mma.
+    const int mat = lane >> 3;
+#pragma unroll
+    for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
+        u32 pa[4];
+        pa[0] = pack2(s[2 * kk][0], s[2 * kk][1]);
+        pa[1] = pack2(s[2 * kk][2], s[2 * kk][3]);
+        pa[2] = pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        pa[3] = pack2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        const int key = kk * 16 + (mat & 1) * 8 + (lane & 7);
+#pragma unroll
+        for (int dt = 0; dt < HEAD_DIM / 16; ++dt) {
+            u32 vb[4];
+            ldmatrix_x4_trans(vb, smem_addr(&Vs[key][dt * 16 + (mat >> 1) * 8]));
+            mma16816(st.o[2 * dt], pa, vb[0], vb[1]);
+            mma16816(st.o[2 * dt + 1], pa, vb[2], vb[3]);
+        }
+    }
+}
+
+// Normalise and store this warp's 16 rows: staged in its own (consumed) Q rows, then 16-byte
+// stores to out[t, h*D : (h+1)*D].
+__device__ __forceinline__ void store_rows(WarpState& st, u16 (*Qs)[SROW], u16* __restrict__ out, int b,
+                                           int h, int N, int H, int q0, int wrow, int g, int tq, int lane) {
+    float l0 = st.l0, l1 = st.l1;
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    const float inv0 = 1.f / l0;
+    const float inv1 = 1.f / l1;
+    __syncwarp();
+#pragma unroll
+    for (int j = 0; j < HEAD_DIM / 8; ++j) {
+        *reinterpret_cast<u32*>(&Qs[wrow + g][j * 8 + 2 * tq]) = pack2(st.o[j][0] * inv0, st.o[j][1] * inv0);
+        *reinterpret_cast<u32*>(&Qs[wrow + g + 8][j * 8 + 2 * tq]) = pack2(st.o[j][2] * inv1, st.o[j][3] * inv1);
+    }
+    __syncwarp();
+#pragma unroll
+    for (int i = lane; i < 16 * DCH; i += 32) {
+        const int r = i / DCH;
+        const int c = i - r * DCH;
+        const int row = q0 + wrow + r;
+        if (row < N) {
+            const i64 t = (i64)b * N + row;
+            stg16(out + (t * H + h) * HEAD_DIM + c * 8, *reinterpret_cast<const uint4*>(&Qs[wrow + r][c * 8]));
+        }
+    }
+}
+
+#define FMHA_PARAMS                                                                                   \
+    const u16 *__restrict__ qkv, u16 *__restrict__ out, const u16 *__restrict__ bias,                \
+        const u16 *__restrict__ mask, int B, int N, int H, int n_mask, int mask_row_stride,          \
+        float scale_log2, int n_qblocks
+
+// qkv [B*N, 3, H, D]; out [B*N, H*D]; bias [H, N, N] or null; mask [n_mask, N or 1, N] or null,
+// batch b using entry b % n_mask (mask_row_stride N: per-query rows; 0: one key row).
+extern "C" __global__ void __launch_bounds__(NWARPS * 32) fmha_fwd_short(FMHA_PARAMS) {
+    __shared__ __align__(16) u16 Qs[BLOCK_M][SROW];
+    __shared__ __align__(16) u16 Ks[BLOCK_N][SROW];
+    __shared__ __align__(16) u16 Vs[BLOCK_N][SROW];
+    __shared__ __align__(16) float Add[BLOCK_M][ADD_STRIDE];
+
+    const int h = blockIdx.x % H;  // N <= 64: one query block per (batch, head)
+    const int b = blockIdx.x / H;
+    if (b >= B) return;  // uniform for the whole CTA
+    const int warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
+    const int g = lane >> 2;
+    const int tq = lane & 3;
+    const int wrow = warp * 16;
+
+    load_tile_async(Qs, qkv, 0, b, h, N, H, 0);
+    load_tile_async(Ks, qkv, 1, b, h, N, H, 0);
+    load_tile_async(Vs, qkv, 2, b, h, N, H, 0);
+    cp_async_commit();
+
+    // While q/k/v are in flight: bias[h] + mask[b % n_mask] into an fp32 tile, times log2 e.
+    const bool has_add = bias != nullptr || mask != nullptr;
+    if (has_add) {
+        const u16* bh = bias != nullptr ? bias + (i64)h * N * N : nullptr;
+        const u16* mw = nullptr;
+        if (mask != nullptr) {
+            const i64 entry = mask_row_stride != 0 ? (i64)N * mask_row_stride : (i64)N;
+            mw = mask + (i64)(b % n_mask) * entry;
+        }
+        // A plain loop: v3 tried batches of 20 loads per thread in flight and ran 1.8x slower
+        // (265.8 vs 143.9 us on Swin stage 1; see NOTES.md), most likely by crowding out the
+        // q/k/v cp.async traffic.
+        for (int i = threadIdx.x; i < N * N; i += NWARPS * 32) {
+            const int r = i / N;
+            const int c = i - r * N;
+            float v = 0.f;
+            if (bh != nullptr) v += ldg_f32(bh + i);
+            if (mw != nullptr) v += ldg_f32(mw + (i64)r * mask_row_stride + c);
+            Add[r][c] = v * LOG2E_F;
+        }
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+    if (wrow >= N) return;  // whole warp past N (no barrier follows)
+
+    WarpState st;
+    load_q_frags(st, Qs, wrow, g, tq);
+    attend_block(st, Ks, Vs, has_add ? Add : nullptr, wrow + g, wrow + g < N, wrow + g + 8 < N, nullptr,
+                 nullptr, nullptr, nullptr, 0, N, scale_log2, g, tq, lane);
+    store_rows(st, Qs, out, b, h, N, H, 0, wrow, g, tq, lane);
+}
+
+extern "C" __global__ void __launch_bounds__(NWARPS * 32) fmha_fwd_long(FMHA_PARAMS) {
+    __shared__ __align__(16) u16 Qs[BLOCK_M][SROW];
+    __shared__ __align__(16) u16 Ks[2][BLOCK_N][SROW];
+    __shared__ __align__(16) u16 Vs[2][BLOCK_N][SROW];
+
+    const int bid = blockIdx.x;
+    const int qb = bid % n_qblocks;
+    const int h = (bid / n_qblocks) % H;
+    const int b = bid / (n_qblocks * H);
+    if (b >= B) return;  // uniform for the whole CTA
+
+    const int warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
+    const int g = lane >> 2;
+    const int tq = lane & 3;
+    const int q0 = qb * BLOCK_M;
+    const int wrow = warp * 16;
+    const bool active = q0 + wrow < N;  // whole warp past N: it only joins the barriers
+
+    const int r0 = q0 + wrow + g;
+    const int r1 = r0 + 8;
+    const u16 *ab0 = nullptr, *ab1 = nullptr, *am0 = nullptr, *am1 = nullptr;
+    if (bias != nullptr) {
+        ab0 = bias + ((i64)h * N + (r0 < N ? r0 : 0)) * N;
+        ab1 = bias + ((i64)h * N + (r1 < N ? r1 : 0)) * N;
+    }
+    if (mask != nullptr) {
+        const i64 entry = mask_row_stride != 0 ? (i64)N * mask_row_stride : (i64)N;
+        const u16* mbase = mask + (i64)(b % n_mask) * entry;
+        am0 = mbase + (i64)(r0 < N ? r0 : 0) * mask_row_stride;
+        am1 = mbase + (i64)(r1 < N ? r1 : 0) * mask_row_stride;
+    }
+
+    load_tile_async(Qs, qkv, 0, b, h, N, H, q0);
+    load_tile_async(Ks[0], qkv, 1, b, h, N, H, 0);
+    load_tile_async(Vs[0], qkv, 2, b, h, N, H, 0);
+    cp_async_commit();
+
+    WarpState st;
+    const int n_kblocks = (N + BLOCK_N - 1) / BLOCK_N;
+    for (int kb = 0; kb < n_kblocks; ++kb) {
+        const int buf = kb & 1;
+        if (kb + 1 < n_kblocks) {  // prefetch the next block into the other buffer
+            load_tile_async(Ks[buf ^ 1], qkv, 1, b, h, N, H, (kb + 1) * BLOCK_N);
+            load_tile_async(Vs[buf ^ 1], qkv, 2, b, h, N, H, (kb + 1) * BLOCK_N);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        if (active) {
+            if (kb == 0) load_q_frags(st, Qs, wrow, g, tq);
+            attend_block(st, Ks[buf], Vs[buf], nullptr, 0, false, false, ab0, ab1, am0, am1, kb, N, scale_log2, g,
+                         tq, lane);
+        }
+        __syncthreads();  // everyone is done with Ks/Vs[buf] before it is refilled
+    }
+    if (!active) return;
+    store_rows(st, Qs, out, b, h, N, H, q0, wrow, g, tq, lane);
+}

@@ -1,0 +1,540 @@
+//! Run-time side: finding the driver, compiling sources with NVRTC, caching modules, launching.
+//!
+//! Nothing here links against CUDA: cudarc loads libcuda and libnvrtc by name when first asked,
+//! and every entry point checks that they exist first so a machine without them gets
+//! [`Error::DriverNotFound`] / [`Error::NvrtcNotFound`] instead of a panic.
+//!
+//! Launches go to the *caller's* current context and a raw `CUstream`, so a PyTorch process can
+//! hand its own stream over (PyTorch uses the device's primary context, which is what we retain
+//! when no context is current).
+
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+use std::sync::{Mutex, OnceLock};
+
+use cudarc::driver::sys as cu;
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+
+/// A raw device address (`CUdeviceptr`).
+pub type DevPtr = u64;
+
+/// A raw CUDA stream handle; null is the legacy default stream.
+#[derive(Debug, Clone, Copy)]
+pub struct RawStream(pub *mut c_void);
+
+impl RawStream {
+    pub fn null() -> Self {
+        Self(std::ptr::null_mut())
+    }
+}
+
+/// The kernel sources shipped with the crate, embedded at build time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// `fmha.cu`; its variant is the head dimension.
+    Fmha,
+    /// `window.cu`
+    Window,
+    /// `elementwise.cu`
+    Elementwise,
+}
+
+const COMMON_CUH: &str = include_str!("cu/common.cuh");
+
+impl Source {
+    pub const ALL: [Source; 3] = [Source::Fmha, Source::Window, Source::Elementwise];
+
+    pub fn file_name(self) -> &'static str {
+        match self {
+            Source::Fmha => "fmha.cu",
+            Source::Window => "window.cu",
+            Source::Elementwise => "elementwise.cu",
+        }
+    }
+
+    pub fn text(self) -> &'static str {
+        match self {
+            Source::Fmha => include_str!("cu/fmha.cu"),
+            Source::Window => include_str!("cu/window.cu"),
+            Source::Elementwise => include_str!("cu/elementwise.cu"),
+        }
+    }
+
+    /// The variants a module is compiled for (compile-time constants of the source).
+    pub fn variants(self) -> &'static [u32] {
+        match self {
+            Source::Fmha => &crate::attention::SUPPORTED_HEAD_DIMS,
+            _ => &[0],
+        }
+    }
+
+    /// The full text handed to NVRTC: the shared header, then the kernel file.
+    pub fn full_text(self) -> String {
+        format!(
+            "{COMMON_CUH}\n#line 1 \"{}\"\n{}",
+            self.file_name(),
+            self.text()
+        )
+    }
+
+    /// NVRTC options for one (dtype, variant) build, `arch` being e.g. `compute_90`.
+    pub fn compile_options(self, dtype: DType, variant: u32, arch: &str) -> Vec<String> {
+        let mut o = vec![
+            format!("--gpu-architecture={arch}"),
+            "--std=c++17".to_string(),
+            "-lineinfo".to_string(),
+            format!("-DFP_BF16={}", u32::from(dtype == DType::BF16)),
+        ];
+        if self == Source::Fmha {
+            o.push(format!("-DHEAD_DIM={variant}"));
+        }
+        o
+    }
+}
+
+/// Grid and block of one launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaunchConfig {
+    pub grid: (u32, u32, u32),
+    pub block: (u32, u32, u32),
+    pub shared_bytes: u32,
+}
+
+impl LaunchConfig {
+    pub fn linear(grid: u64, block: u32) -> Result<Self> {
+        if grid == 0 || grid > i32::MAX as u64 {
+            return Err(crate::error::invalid(format!(
+                "grid of {grid} blocks is outside 1..=2^31-1"
+            )));
+        }
+        Ok(Self {
+            grid: (grid as u32, 1, 1),
+            block: (block, 1, 1),
+            shared_bytes: 0,
+        })
+    }
+}
+
+/// Kernel arguments, each kept in an 8-byte slot that outlives the launch call.
+#[derive(Default)]
+pub(crate) struct Args {
+    slots: Vec<u64>,
+}
+
+impl Args {
+    pub fn ptr(mut self, p: DevPtr) -> Self {
+        self.slots.push(p);
+        self
+    }
+    pub fn i32(mut self, v: i32) -> Self {
+        self.slots.push(v as u32 as u64);
+        self
+    }
+    pub fn i64(mut self, v: i64) -> Self {
+        self.slots.push(v as u64);
+        self
+    }
+    pub fn f32(mut self, v: f32) -> Self {
+        self.slots.push(v.to_bits() as u64);
+        self
+    }
+    fn pointers(&mut self) -> Vec<*mut c_void> {
+        self.slots
+            .iter_mut()
+            .map(|s| s as *mut u64 as *mut c_void)
+            .collect()
+    }
+}
+
+fn check(res: cu::CUresult, call: &'static str) -> Result<()> {
+    if res == cu::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(Error::Cuda {
+            call,
+            code: format!("{res:?}"),
+        })
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct ModuleKey {
+    ctx: usize,
+    source: Source,
+    dtype: DType,
+    variant: u32,
+}
+
+struct Module {
+    handle: cu::CUmodule,
+    functions: HashMap<&'static str, cu::CUfunction>,
+}
+
+#[derive(Default)]
+struct State {
+    modules: HashMap<ModuleKey, Module>,
+    /// compute capability per device ordinal
+    archs: HashMap<i32, (i32, i32)>,
+    /// cuBLASLt state per context (see gemm.rs)
+    pub(crate) blas: HashMap<usize, crate::gemm::BlasState>,
+}
+
+// SAFETY: the raw handles inside are only used while the mutex is held, and CUDA modules,
+// functions and cuBLASLt handles may be used from any thread of the process.
+unsafe impl Send for State {}
+
+/// Handle to the process-wide kernel runtime: module cache, arch table, cuBLASLt state.
+pub struct Gpu {
+    state: Mutex<State>,
+}
+
+static GPU: OnceLock<Gpu> = OnceLock::new();
+
+/// True when libcuda can be loaded on this machine (does not initialise anything).
+pub fn driver_present() -> bool {
+    // SAFETY: only tries dlopen on the candidate library names.
+    unsafe { cu::is_culib_present() }
+}
+
+/// True when libnvrtc can be loaded on this machine.
+pub fn nvrtc_present() -> bool {
+    // SAFETY: only tries dlopen on the candidate library names.
+    unsafe { cudarc::nvrtc::sys::is_culib_present() }
+}
+
+impl Gpu {
+    /// The process-wide runtime, initialising the driver on first use.
+    pub fn global() -> Result<&'static Gpu> {
+        if let Some(g) = GPU.get() {
+            return Ok(g);
+        }
+        if !driver_present() {
+            return Err(Error::DriverNotFound);
+        }
+        if !nvrtc_present() {
+            return Err(Error::NvrtcNotFound);
+        }
+        // SAFETY: the library is present; cuInit may be called any number of times.
+        check(unsafe { cu::cuInit(0) }, "cuInit")?;
+        let mut n = 0;
+        // SAFETY: n is a valid out-pointer.
+        check(unsafe { cu::cuDeviceGetCount(&mut n) }, "cuDeviceGetCount")?;
+        if n == 0 {
+            return Err(Error::NoDevice);
+        }
+        Ok(GPU.get_or_init(|| Gpu {
+            state: Mutex::new(State::default()),
+        }))
+    }
+
+    /// The calling thread's current context, or device 0's primary context made current.
+    pub(crate) fn current_context(&self) -> Result<(cu::CUcontext, i32)> {
+        let mut ctx: cu::CUcontext = std::ptr::null_mut();
+        // SAFETY: ctx is a valid out-pointer.
+        check(unsafe { cu::cuCtxGetCurrent(&mut ctx) }, "cuCtxGetCurrent")?;
+        if ctx.is_null() {
+            let mut dev = 0;
+            // SAFETY: out-pointers are valid; the primary context is retained for the life of
+            // the process on purpose (PyTorch shares it).
+            unsafe {
+                check(cu::cuDeviceGet(&mut dev, 0), "cuDeviceGet")?;
+                check(
+                    cu::cuDevicePrimaryCtxRetain(&mut ctx, dev),
+                    "cuDevicePrimaryCtxRetain",
+                )?;
+                check(cu::cuCtxSetCurrent(ctx), "cuCtxSetCurrent")?;
+            }
+        }
+        let mut dev = 0;
+        // SAFETY: a context is current; dev is a valid out-pointer.
+        check(unsafe { cu::cuCtxGetDevice(&mut dev) }, "cuCtxGetDevice")?;
+        Ok((ctx, dev))
+    }
+
+    fn arch_of(state: &mut State, dev: i32) -> Result<(i32, i32)> {
+        if let Some(a) = state.archs.get(&dev) {
+            return Ok(*a);
+        }
+        let (mut major, mut minor) = (0, 0);
+        // SAFETY: valid device ordinal from cuCtxGetDevice, valid out-pointers.
+        unsafe {
+            check(
+                cu::cuDeviceGetAttribute(
+                    &mut major,
+                    cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                    dev,
+                ),
+                "cuDeviceGetAttribute",
+            )?;
+            check(
+                cu::cuDeviceGetAttribute(
+                    &mut minor,
+                    cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+                    dev,
+                ),
+                "cuDeviceGetAttribute",
+            )?;
+        }
+        if major < 8 {
+            return Err(Error::UnsupportedArch { major, minor });
+        }
+        state.archs.insert(dev, (major, minor));
+        Ok((major, minor))
+    }
+
+    fn compile(source: Source, dtype: DType, variant: u32, arch: (i32, i32)) -> Result<CString> {
+        let arch_name = format!("compute_{}{}", arch.0, arch.1);
+        let opts = cudarc::nvrtc::CompileOptions {
+            options: source.compile_options(dtype, variant, &arch_name),
+            name: Some(source.file_name().to_string()),
+            ..Default::default()
+        };
+        let kernel = format!(
+            "{} ({}, variant {variant})",
+            source.file_name(),
+            dtype.name()
+        );
+        tracing::debug!(%kernel, arch = %arch_name, "compiling with NVRTC");
+        let ptx = cudarc::nvrtc::compile_ptx_with_opts(source.full_text(), opts).map_err(|e| {
+            let log = match &e {
+                cudarc::nvrtc::CompileError::CompileError { log, .. } => {
+                    log.to_string_lossy().into_owned()
+                }
+                other => format!("{other:?}"),
+            };
+            Error::Compile {
+                kernel: kernel.clone(),
+                log,
+            }
+        })?;
+        CString::new(ptx.to_src()).map_err(|_| Error::Compile {
+            kernel,
+            log: "PTX contains a NUL byte".into(),
+        })
+    }
+
+    /// Look up (compiling and loading on first use) a kernel in the current context.
+    pub(crate) fn function(
+        &self,
+        source: Source,
+        dtype: DType,
+        variant: u32,
+        name: &'static str,
+    ) -> Result<cu::CUfunction> {
+        let (ctx, dev) = self.current_context()?;
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let key = ModuleKey {
+            ctx: ctx as usize,
+            source,
+            dtype,
+            variant,
+        };
+        if !state.modules.contains_key(&key) {
+            let arch = Self::arch_of(&mut state, dev)?;
+            let ptx = Self::compile(source, dtype, variant, arch)?;
+            let mut handle: cu::CUmodule = std::ptr::null_mut();
+            // SAFETY: ptx is a NUL-terminated PTX image; the context is current.
+            check(
+                unsafe { cu::cuModuleLoadData(&mut handle, ptx.as_ptr() as *const c_void) },
+                "cuModuleLoadData",
+            )?;
+            state.modules.insert(
+                key,
+                Module {
+                    handle,
+                    functions: HashMap::new(),
+                },
+            );
+        }
+        let module = state.modules.get_mut(&key).expect("inserted above");
+        if let Some(f) = module.functions.get(name) {
+            return Ok(*f);
+        }
+        let cname = CString::new(name).expect("kernel names have no NUL");
+        let mut f: cu::CUfunction = std::ptr::null_mut();
+        // SAFETY: module handle is live; cname is NUL-terminated.
+        check(
+            unsafe { cu::cuModuleGetFunction(&mut f, module.handle, cname.as_ptr()) },
+            "cuModuleGetFunction",
+        )?;
+        module.functions.insert(name, f);
+        Ok(f)
+    }
+
+    /// Launch `name` from `source` on `stream`.
+    ///
+    /// # Safety
+    /// `args` must match the kernel's parameter list in number and type, and every device
+    /// pointer in it must be valid for the extent the kernel touches under `cfg`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn launch(
+        &self,
+        source: Source,
+        dtype: DType,
+        variant: u32,
+        name: &'static str,
+        cfg: LaunchConfig,
+        stream: RawStream,
+        mut args: Args,
+    ) -> Result<()> {
+        let f = self.function(source, dtype, variant, name)?;
+        let mut ptrs = args.pointers();
+        // SAFETY: upheld by the caller (argument list and pointer extents); `ptrs` points into
+        // `args`, which lives until after the call.
+        check(
+            unsafe {
+                cu::cuLaunchKernel(
+                    f,
+                    cfg.grid.0,
+                    cfg.grid.1,
+                    cfg.grid.2,
+                    cfg.block.0,
+                    cfg.block.1,
+                    cfg.block.2,
+                    cfg.shared_bytes,
+                    stream.0 as cu::CUstream,
+                    ptrs.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
+            },
+            "cuLaunchKernel",
+        )?;
+        if std::env::var_os("FUSEPROF_KERNELS_SYNC").is_some() {
+            // SAFETY: stream is the caller's live stream.
+            check(
+                unsafe { cu::cuStreamSynchronize(stream.0 as cu::CUstream) },
+                "cuStreamSynchronize",
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Compile and load every (source, dtype, variant) now, returning each failure.
+    ///
+    /// Used by the device check script so that one run reports every compile error at once.
+    pub fn precompile_all(&self) -> Vec<Error> {
+        let mut errors = Vec::new();
+        for source in Source::ALL {
+            for dtype in [DType::F16, DType::BF16] {
+                for &variant in source.variants() {
+                    let probe = match source {
+                        Source::Fmha => "fmha_fwd_short",
+                        Source::Window => "ln_shift_partition_1",
+                        Source::Elementwise => "bias_residual_vec",
+                    };
+                    if let Err(e) = self.function(source, dtype, variant, probe) {
+                        errors.push(e);
+                    }
+                }
+            }
+        }
+        errors
+    }
+
+    /// Run `f` with the cuBLASLt state of the current context (created on first use).
+    pub(crate) fn with_blas<R>(
+        &self,
+        f: impl FnOnce(&mut crate::gemm::BlasState) -> Result<R>,
+    ) -> Result<R> {
+        let (ctx, _) = self.current_context()?;
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let key = ctx as usize;
+        if let std::collections::hash_map::Entry::Vacant(e) = state.blas.entry(key) {
+            let b = crate::gemm::BlasState::new()?;
+            e.insert(b);
+        }
+        f(state.blas.get_mut(&key).expect("inserted above"))
+    }
+}
+
+/// Allocate device memory in the current context (used for cuBLASLt's workspace).
+pub(crate) fn alloc(bytes: usize) -> Result<DevPtr> {
+    let mut p: cu::CUdeviceptr = 0;
+    // SAFETY: p is a valid out-pointer; a context is current (callers went through Gpu).
+    check(unsafe { cu::cuMemAlloc_v2(&mut p, bytes) }, "cuMemAlloc")?;
+    Ok(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn args_keep_values_in_slots() {
+        let mut a = Args::default().ptr(0xdead_beef).i32(-3).f32(1.5).i64(-7);
+        let p = a.pointers();
+        assert_eq!(p.len(), 4);
+        // SAFETY: pointers point at the live slots of `a`.
+        unsafe {
+            assert_eq!(*(p[0] as *const u64), 0xdead_beef);
+            assert_eq!(*(p[1] as *const i32), -3);
+            assert_eq!(*(p[2] as *const f32), 1.5);
+            assert_eq!(*(p[3] as *const i64), -7);
+        }
+    }
+
+    #[test]
+    fn compile_options_name_arch_dtype_and_head_dim() {
+        let o = Source::Fmha.compile_options(DType::BF16, 64, "compute_90");
+        assert!(o.contains(&"--gpu-architecture=compute_90".to_string()));
+        assert!(o.contains(&"-DFP_BF16=1".to_string()));
+        assert!(o.contains(&"-DHEAD_DIM=64".to_string()));
+        let w = Source::Window.compile_options(DType::F16, 0, "compute_80");
+        assert!(w.contains(&"-DFP_BF16=0".to_string()));
+        assert!(!w.iter().any(|s| s.starts_with("-DHEAD_DIM")));
+    }
+
+    #[test]
+    fn sources_are_self_contained_and_define_their_kernels() {
+        for s in Source::ALL {
+            let t = s.full_text();
+            assert!(
+                !t.contains("#include"),
+                "{} must not include headers",
+                s.file_name()
+            );
+            assert!(t.contains("to_f32"), "common header prepended");
+        }
+        let kernels = [
+            (Source::Fmha, "fmha_fwd_short"),
+            (Source::Fmha, "fmha_fwd_long"),
+            (Source::Window, "LN_SHIFT_PARTITION(4)"),
+            (Source::Window, "WINDOW_REVERSE_RESIDUAL(4)"),
+            (Source::Window, "ln_shift_partition_scalar"),
+            (Source::Window, "window_reverse_residual_scalar"),
+            (Source::Elementwise, "bias_residual_vec"),
+            (Source::Elementwise, "bias_residual_scalar"),
+            (Source::Elementwise, "bias_act_vec"),
+            (Source::Elementwise, "bias_act_scalar"),
+            (Source::Elementwise, "pad_copy_vec"),
+        ];
+        for (s, k) in kernels {
+            assert!(s.text().contains(k), "{k} missing from {}", s.file_name());
+        }
+    }
+
+    #[test]
+    fn launch_config_rejects_empty_and_huge_grids() {
+        assert!(LaunchConfig::linear(0, 128).is_err());
+        assert!(LaunchConfig::linear(1 << 31, 128).is_err());
+        assert_eq!(LaunchConfig::linear(5, 128).unwrap().grid, (5, 1, 1));
+    }
+
+    #[test]
+    fn runtime_without_driver_is_a_clean_error() {
+        // On a machine without libcuda this must be DriverNotFound (never a panic); on a GPU
+        // machine it succeeds. Either way the error, if any, is one line.
+        match Gpu::global() {
+            Ok(_) => assert!(driver_present()),
+            Err(e) => {
+                let msg = e.to_string();
+                assert!(!msg.contains('\n'), "{msg}");
+                if !driver_present() {
+                    assert!(matches!(e, Error::DriverNotFound), "{msg}");
+                }
+            }
+        }
+    }
+}
