@@ -5,6 +5,9 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
+use std::ffi::OsString;
+
+use fuseprof_collector::collect::{self, Capture, CollectConfig, PytorchMode};
 use fuseprof_collector::import::{self, Format, ImportOptions};
 use fuseprof_store::Store;
 
@@ -14,6 +17,7 @@ use fuseprof_store::Store;
     version,
     about = "Profile GPU models, find fusable operator chains, and measure the fix",
     after_help = "Examples:\n  \
+      fuseprof collect -o run.sqlite -- python infer.py  # trace a program (CUPTI + NVTX)\n  \
       fuseprof import trace.json.gz -o run.sqlite     # PyTorch profiler trace\n  \
       fuseprof import report.sqlite -o run.sqlite     # nsys export --type sqlite\n  \
       fuseprof info run.sqlite\n  \
@@ -26,6 +30,39 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Run a program with the CUPTI + NVTX tracer injected and write what it did on the GPU
+    /// into a run file. The program's exit code is passed through.
+    #[command(after_help = "Examples:\n  \
+        fuseprof collect -o run.sqlite -- python infer.py\n  \
+        fuseprof collect --pytorch modules -o swin.sqlite -- python infer.py --batch 64\n  \
+        fuseprof collect --capture nvtx:step -o run.sqlite -- ./my_cuda_app\n  \
+        fuseprof collect --capture cudaProfilerApi -- torchrun --nproc_per_node 2 train.py\n\n\
+        Child processes (DataLoader workers, torchrun ranks, scripts that start python) are\n\
+        traced into the same run. The tracer library libfuseprof_tracer.so is looked for in\n\
+        $FUSEPROF_TRACER, then next to the fuseprof executable.")]
+    Collect {
+        /// The run file to write.
+        #[arg(short, long, default_value = "run.sqlite")]
+        output: PathBuf,
+        /// Replace the output file if it exists.
+        #[arg(long)]
+        force: bool,
+        /// What PyTorch should annotate with NVTX, without editing the script: none, ops,
+        /// shapes (ops with input shapes) or modules (shapes plus nn.Module paths). `auto`
+        /// means shapes when the command is python, none otherwise.
+        #[arg(long, default_value = "auto", value_parser = parse_pytorch)]
+        pytorch: PytorchMode,
+        /// Record only inside cudaProfilerStart/Stop (`cudaProfilerApi`) or inside NVTX ranges
+        /// with this name (`nvtx:NAME`); `all` records everything.
+        #[arg(long, default_value = "all", value_parser = parse_capture)]
+        capture: Capture,
+        /// Also record the CUDA query calls (cudaGetDevice, ...) skipped by default.
+        #[arg(long)]
+        all_api: bool,
+        /// The program and its arguments, after `--`.
+        #[arg(last = true, required = true, num_args = 1..)]
+        command: Vec<OsString>,
+    },
     /// Import a PyTorch-profiler JSON trace (.json or .json.gz) or an `nsys export --type
     /// sqlite` file into a new run file.
     #[command(after_help = "Examples:\n  \
@@ -67,6 +104,14 @@ enum Command {
     },
 }
 
+fn parse_pytorch(s: &str) -> Result<PytorchMode, String> {
+    s.parse().map_err(|e| format!("{e}"))
+}
+
+fn parse_capture(s: &str) -> Result<Capture, String> {
+    s.parse().map_err(|e| format!("{e}"))
+}
+
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum FormatArg {
     Kineto,
@@ -93,6 +138,43 @@ fn main() -> ExitCode {
 
 fn run(command: Command) -> Result<ExitCode> {
     match command {
+        Command::Collect {
+            output,
+            force,
+            pytorch,
+            capture,
+            all_api,
+            command,
+        } => {
+            let cfg = CollectConfig {
+                output,
+                overwrite: force,
+                pytorch,
+                capture,
+                command,
+                tracer_path: None,
+                all_api,
+            };
+            let outcome = collect::run(&cfg).context("cannot collect")?;
+            for w in &outcome.warnings {
+                eprintln!("fuseprof: warning: {w}");
+            }
+            let c = &outcome.counts;
+            eprintln!(
+                "fuseprof: wrote {}: {} kernels, {} memcpy, {} memset, {} API calls, {} ranges \
+                 from {} process(es); dropped records: {} CUPTI, {} NVTX",
+                outcome.output.display(),
+                c.kernels,
+                c.memcpys,
+                c.memsets,
+                c.api_calls,
+                c.ranges,
+                outcome.processes,
+                outcome.cupti_dropped,
+                outcome.nvtx_dropped
+            );
+            return Ok(ExitCode::from(outcome.exit_code.clamp(0, 255) as u8));
+        }
         Command::Import {
             input,
             output,

@@ -132,3 +132,31 @@ fn bad_input_gets_one_line_and_a_failing_exit_code() {
     }
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
 }
+
+#[test]
+fn collect_passes_the_exit_code_through_and_leaves_a_valid_run() {
+    let dir = tempfile::tempdir().unwrap();
+    // A program without CUDA never loads the tracer, so any file stands in for it here.
+    let tracer = dir.path().join("libfuseprof_tracer.so");
+    std::fs::write(&tracer, b"unused").unwrap();
+    let run = dir.path().join("run.sqlite");
+    let o = Command::new(env!("CARGO_BIN_EXE_fuseprof"))
+        .env("FUSEPROF_TRACER", &tracer)
+        .args(["collect", "-o", s(&run), "--", "sh", "-c", "exit 3"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(stderr(&o).contains("0 kernels"), "{}", stderr(&o));
+    let o = fuseprof(&["info", s(&run), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let info: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(info["run"]["source_format"], "cupti");
+
+    let o = Command::new(env!("CARGO_BIN_EXE_fuseprof"))
+        .env("FUSEPROF_TRACER", &tracer)
+        .args(["collect", "-o", s(&dir.path().join("b.sqlite")), "--", "no-such-program-xyz"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(127), "{}", stderr(&o));
+    assert!(stderr(&o).contains("no-such-program-xyz"), "{}", stderr(&o));
+}

@@ -10,4 +10,5 @@
 //! # Ok::<(), fuseprof_collector::import::ImportError>(())
 //! ```
 
+pub mod collect;
 pub mod import;

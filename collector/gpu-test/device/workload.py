@@ -1,0 +1,111 @@
+"""Workloads for the collector's device checks: Swin-T / ViT-B/16 / BERT-base inference and one
+Swin-T training step, each run as `warmup` untimed steps then `steps` measured ones.
+
+  python workload.py MODEL [--steps N] [--warmup N] [--window profiler|torchprof|none]
+                           [--kineto OUT.json] [--timing OUT.json]
+
+--window profiler   brackets the measured steps with torch.cuda.profiler.start()/stop(), for
+                    `fuseprof collect --capture cudaProfilerApi`.
+--window torchprof  runs the measured steps under torch.profiler (CPU+CUDA, record_shapes) and
+                    writes the Chrome trace to --kineto and key_averages() next to it.
+"""
+import argparse, json, sys, time
+
+import torch
+
+
+def build(name):
+    torch.manual_seed(0)
+    dev = "cuda"
+    if name in ("swin", "swin_train"):
+        import timm
+        m = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False)
+        x = torch.randn(64, 3, 224, 224, device=dev)
+    elif name == "vit":
+        import timm
+        m = timm.create_model("vit_base_patch16_224", pretrained=False)
+        x = torch.randn(64, 3, 224, 224, device=dev)
+    elif name == "bert":
+        from transformers import BertConfig, BertModel
+        m = BertModel(BertConfig())
+        x = torch.randint(0, 30522, (64, 128), device=dev)
+    else:
+        raise SystemExit("unknown model " + name)
+    m = m.to(dev)
+    if name == "swin_train":
+        m.train()
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
+        target = torch.randint(0, 1000, (64,), device=dev)
+        scaler = torch.amp.GradScaler("cuda")
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            with torch.autocast("cuda", dtype=torch.float16):
+                loss = torch.nn.functional.cross_entropy(m(x), target)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        return step
+    m = m.half().eval()
+    if name != "bert":
+        x = x.half()
+
+    def step():
+        with torch.inference_mode():
+            m(x)
+    return step
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model")
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--window", default="none")
+    ap.add_argument("--kineto")
+    ap.add_argument("--timing")
+    a = ap.parse_args()
+    step = build(a.model)
+    for _ in range(a.warmup):
+        step()
+    torch.cuda.synchronize()
+    prof = None
+    if a.window == "profiler":
+        torch.cuda.profiler.start()
+    elif a.window == "torchprof":
+        from torch.profiler import profile, ProfilerActivity
+        prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True)
+        prof.__enter__()
+    t0 = time.perf_counter()
+    for _ in range(a.steps):
+        step()
+    torch.cuda.synchronize()
+    t1 = time.perf_counter()
+    if a.window == "profiler":
+        torch.cuda.profiler.stop()
+    elif prof is not None:
+        prof.__exit__(None, None, None)
+    per_iter_ms = (t1 - t0) * 1000 / a.steps
+    if prof is not None and a.kineto:
+        prof.export_chrome_trace(a.kineto)
+        rows = []
+        for e in prof.key_averages(group_by_input_shape=True):
+            rows.append({
+                "name": e.key,
+                "input_shapes": str(e.input_shapes),
+                "count": e.count,
+                "self_device_time_total_us": getattr(e, "self_device_time_total", getattr(e, "self_cuda_time_total", 0)),
+                "device_time_total_us": getattr(e, "device_time_total", getattr(e, "cuda_time_total", 0)),
+                "self_cpu_time_total_us": e.self_cpu_time_total,
+                "cpu_time_total_us": e.cpu_time_total,
+            })
+        with open(a.kineto.replace(".json", ".key_averages.json"), "w") as f:
+            json.dump(rows, f)
+    if a.timing:
+        with open(a.timing, "w") as f:
+            json.dump({"model": a.model, "steps": a.steps, "per_iter_ms": per_iter_ms}, f)
+    print(json.dumps({"model": a.model, "window": a.window, "steps": a.steps, "per_iter_ms": per_iter_ms}), file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,633 @@
+//! Spool files (one per traced process) into one store run.
+//!
+//! Each file is read twice: first for the definitions its records refer to (names, NVTX
+//! domains, categories, registered strings, contexts, the clock offset), then for the records.
+//! A file cut short by a crash yields the records before the cut.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use fuseprof_store::{
+    Api, ApiCall, CopyKind, Device, Kernel, Memop, MemopKind, Range, RangeKind, StrId, Writer,
+};
+
+use super::spool::{self, flush_reason, msg, tag, Dec};
+use super::{CollectError, Result};
+
+/// What ingestion found besides the records.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub processes: usize,
+    /// Processes in which CUPTI started.
+    pub cupti_processes: usize,
+    pub cupti_version: Option<u32>,
+    pub cupti_dropped: u64,
+    pub nvtx_dropped: u64,
+    pub start_unix_ns: Option<i64>,
+    pub spool_bytes: u64,
+    pub warnings: Vec<String>,
+}
+
+/// The spool files in `dir`, oldest first.
+pub fn spool_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+                        n.starts_with(spool::FILE_PREFIX) && n.ends_with(spool::FILE_SUFFIX)
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    files
+}
+
+pub fn ingest(files: &[PathBuf], w: &mut Writer) -> Result<Report> {
+    let mut report = Report::default();
+    for path in files {
+        let bytes = std::fs::read(path).map_err(|e| CollectError::Spool {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        report.spool_bytes += bytes.len() as u64;
+        if bytes.len() < 12 {
+            // Created but never written: a process that died at once.
+            continue;
+        }
+        if &bytes[..8] != spool::MAGIC {
+            return Err(CollectError::Spool {
+                path: path.clone(),
+                message: "not a fuseprof spool file".into(),
+            });
+        }
+        let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
+        if version != spool::VERSION {
+            return Err(CollectError::Spool {
+                path: path.clone(),
+                message: format!(
+                    "spool format version {version}, this build reads {}",
+                    spool::VERSION
+                ),
+            });
+        }
+        ingest_one(&bytes[12..], w, &mut report)?;
+    }
+    Ok(report)
+}
+
+#[derive(Default)]
+struct Defs {
+    pid: i64,
+    exe: String,
+    cmdline: String,
+    cupti_version: u32,
+    start_unix_ns: Option<i64>,
+    clock_offset_ns: i64,
+    strings: HashMap<u32, String>,
+    domains: HashMap<u64, String>,
+    categories: HashMap<(u64, u32), String>,
+    registered: HashMap<u64, String>,
+    context_device: HashMap<u32, u32>,
+    cupti_dropped: u64,
+    nvtx_dropped: u64,
+    final_flush: bool,
+    statuses: Vec<(u8, String)>,
+}
+
+/// An NVTX range opened and not yet closed.
+struct Open {
+    tid: u32,
+    start_ns: i64,
+    domain: u64,
+    category: u32,
+    color: Option<u32>,
+    text: String,
+}
+
+fn collect_defs(data: &[u8]) -> Defs {
+    let mut d = Defs::default();
+    let mut dec = Dec::new(data);
+    while let Some((t, payload)) = dec.record() {
+        let mut p = Dec::new(payload);
+        let _ = (|| -> Option<()> {
+            match t {
+                tag::PROCESS => {
+                    d.pid = p.u32()? as i64;
+                    let _ppid = p.u32()?;
+                    let v = p.u32()?;
+                    if v != 0 {
+                        d.cupti_version = v;
+                    }
+                    let _clock = p.u8()?;
+                    let start = p.i64()?;
+                    d.start_unix_ns.get_or_insert(start);
+                    let _start_clock = p.u64()?;
+                    d.exe = p.str()?;
+                    d.cmdline = p.str()?;
+                }
+                tag::STATUS => {
+                    let level = p.u8()?;
+                    d.statuses.push((level, p.str()?));
+                }
+                tag::STRING => {
+                    let id = p.u32()?;
+                    d.strings.insert(id, p.str()?);
+                }
+                tag::CONTEXT => {
+                    let ctx = p.u32()?;
+                    d.context_device.insert(ctx, p.u32()?);
+                }
+                tag::DROPPED => {
+                    d.cupti_dropped = d.cupti_dropped.max(p.u64()?);
+                    d.nvtx_dropped = d.nvtx_dropped.max(p.u64()?);
+                }
+                tag::NVTX_DOMAIN => {
+                    let id = p.u64()?;
+                    d.domains.insert(id, p.str()?);
+                }
+                tag::NVTX_CATEGORY => {
+                    let domain = p.u64()?;
+                    let cat = p.u32()?;
+                    d.categories.insert((domain, cat), p.str()?);
+                }
+                tag::NVTX_STRING => {
+                    let id = p.u64()?;
+                    let _domain = p.u64()?;
+                    d.registered.insert(id, p.str()?);
+                }
+                tag::CLOCK => d.clock_offset_ns = p.i64()?,
+                tag::FLUSHED => {
+                    let _ts = p.u64()?;
+                    let reason = p.u8()?;
+                    if reason == flush_reason::EXIT || reason == flush_reason::SIGNAL {
+                        d.final_flush = true;
+                    }
+                }
+                _ => {}
+            }
+            Some(())
+        })();
+    }
+    d
+}
+
+/// Reads (category, color, message text) as spooled by the tracer.
+fn read_attrs(p: &mut Dec, defs: &Defs) -> Option<(u32, Option<u32>, String)> {
+    let category = p.u32()?;
+    let has_color = p.u8()?;
+    let color = p.u32()?;
+    let text = match p.u8()? {
+        msg::TEXT => p.str()?,
+        msg::REGISTERED => {
+            let id = p.u64()?;
+            defs.registered
+                .get(&id)
+                .cloned()
+                .unwrap_or_else(|| format!("<registered string {id}>"))
+        }
+        _ => String::new(),
+    };
+    Some((category, (has_color != 0).then_some(color), text))
+}
+
+fn sync_name(kind: u32) -> &'static str {
+    match kind {
+        1 => "cudaEventSynchronize",
+        2 => "cudaStreamWaitEvent",
+        3 => "cudaStreamSynchronize",
+        4 => "cudaDeviceSynchronize",
+        _ => "synchronize",
+    }
+}
+
+fn overhead_name(kind: u32) -> String {
+    match kind {
+        1 => "driver compiler".into(),
+        0x10000 => "CUPTI buffer flush".into(),
+        0x20000 => "CUPTI instrumentation".into(),
+        0x30000 => "CUPTI resource".into(),
+        0x40000 => "runtime triggered module loading".into(),
+        0x50000 => "lazy function loading".into(),
+        0x60000 => "command buffer full".into(),
+        0x70000 => "activity buffer request".into(),
+        0x80000 => "UVM activity init".into(),
+        k => format!("CUPTI overhead {k:#x}"),
+    }
+}
+
+/// Name, input dims, and whether it is a module range, from an NVTX message. PyTorch's
+/// `emit_nvtx` writes `aten::addmm, seq = 12, sizes = [[256], [2048, 6948]]`; the fuseprof
+/// PyTorch hook writes `module:<path>:<Class>` for `nn.Module` calls.
+fn split_message(text: &str) -> (String, Option<String>, Option<(String, String)>) {
+    if let Some(rest) = text.strip_prefix("module:") {
+        let (path, class) = rest.rsplit_once(':').unwrap_or((rest, ""));
+        // The root module has an empty path: it is named by its class.
+        let name = if path.is_empty() { class } else { path };
+        return (name.to_string(), None, Some((path.into(), class.into())));
+    }
+    let is_torch_op =
+        text.contains(", seq = ") || text.contains(", sizes = ") || text.contains(", op_id = ");
+    if !is_torch_op {
+        return (text.to_string(), None, None);
+    }
+    let name = text.split(", ").next().unwrap_or(text).to_string();
+    let dims = text
+        .split_once(", sizes = ")
+        .map(|(_, s)| s.chars().filter(|c| !c.is_whitespace()).collect::<String>());
+    (name, dims, None)
+}
+
+struct Emitter<'a> {
+    w: &'a mut Writer,
+    pid: i64,
+    modules_domain: Option<StrId>,
+}
+
+impl Emitter<'_> {
+    fn range(
+        &mut self,
+        kind: RangeKind,
+        o: &Open,
+        end: Option<(i64, u32)>,
+        depth: Option<i64>,
+        defs: &Defs,
+    ) -> Result<()> {
+        let (name, dims, module) = split_message(&o.text);
+        let name = self
+            .w
+            .intern(if name.is_empty() { "(unnamed)" } else { &name });
+        let mut r = Range::new(kind, name, self.pid, o.tid as i64, o.start_ns);
+        r.end_ns = end.map(|e| e.0);
+        r.end_tid = end.and_then(|e| (e.1 != o.tid).then_some(e.1 as i64));
+        r.depth = depth;
+        r.color = o.color.map(|c| c as i64);
+        r.input_dims = dims.map(|d| self.w.intern(&d));
+        if let Some((_, class)) = module {
+            let dom = *self
+                .modules_domain
+                .get_or_insert_with(|| self.w.intern("pytorch.modules"));
+            r.domain = Some(dom);
+            if !class.is_empty() {
+                r.category = Some(self.w.intern(&class));
+            }
+        } else {
+            r.domain = defs.domains.get(&o.domain).map(|d| self.w.intern(d));
+            r.category = match (o.category, defs.categories.get(&(o.domain, o.category))) {
+                (0, _) => None,
+                (_, Some(name)) => Some(self.w.intern(name)),
+                (c, None) => Some(self.w.intern(&c.to_string())),
+            };
+        }
+        self.w.thread(self.pid, o.tid as i64, None);
+        self.w.range(r)?;
+        Ok(())
+    }
+}
+
+fn ingest_one(data: &[u8], w: &mut Writer, report: &mut Report) -> Result<()> {
+    let defs = collect_defs(data);
+    if defs.pid == 0 {
+        return Ok(());
+    }
+    let pid = defs.pid;
+    report.processes += 1;
+    if defs.cupti_version != 0 {
+        report.cupti_processes += 1;
+        report.cupti_version.get_or_insert(defs.cupti_version);
+    }
+    report.cupti_dropped += defs.cupti_dropped;
+    report.nvtx_dropped += defs.nvtx_dropped;
+    if let Some(s) = defs.start_unix_ns {
+        report.start_unix_ns = Some(report.start_unix_ns.map_or(s, |r| r.min(s)));
+    }
+    let exe_name = Path::new(&defs.exe)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let label = if defs.cmdline.is_empty() {
+        exe_name.clone()
+    } else {
+        defs.cmdline.clone()
+    };
+    w.process(pid, Some(&label));
+    for (level, m) in &defs.statuses {
+        if *level >= 1 {
+            report
+                .warnings
+                .push(format!("process {pid} ({exe_name}): {m}"));
+        }
+    }
+    if !defs.final_flush {
+        report.warnings.push(format!(
+            "process {pid} ({exe_name}) ended without a final flush (it crashed, was killed, or \
+             left through _exit); the run keeps what it had written"
+        ));
+    }
+
+    let off = defs.clock_offset_ns;
+    let mut em = Emitter {
+        w,
+        pid,
+        modules_domain: None,
+    };
+    let mut stacks: HashMap<(u32, u64), Vec<Open>> = HashMap::new();
+    let mut started: HashMap<u64, Open> = HashMap::new();
+    let mut unmatched_pops = 0u64;
+    let mut short_records = 0u64;
+    let mut dec = Dec::new(data);
+    while let Some((t, payload)) = dec.record() {
+        let mut p = Dec::new(payload);
+        let res = (|| -> Option<Result<()>> {
+            match t {
+                tag::KERNEL => {
+                    let start_ns = p.u64()? as i64;
+                    let end_ns = p.u64()? as i64;
+                    let device = p.u32()?;
+                    let _ctx = p.u32()?;
+                    let stream = p.u32()?;
+                    let corr = p.u32()?;
+                    let grid = [p.i32()? as i64, p.i32()? as i64, p.i32()? as i64];
+                    let block = [p.i32()? as i64, p.i32()? as i64, p.i32()? as i64];
+                    let regs = p.u16()?;
+                    let ssmem = p.i32()?;
+                    let dsmem = p.i32()?;
+                    let name_id = p.u32()?;
+                    let graph = p.u32()?;
+                    let name = defs.strings.get(&name_id).map_or("<unknown kernel>", |s| s);
+                    let name = em.w.intern(name);
+                    Some(
+                        em.w.kernel(Kernel {
+                            start_ns,
+                            end_ns,
+                            device_id: device as i64,
+                            stream_id: stream as i64,
+                            pid: Some(pid),
+                            correlation_id: Some(corr as i64),
+                            external_id: None,
+                            name,
+                            grid: Some(grid),
+                            block: Some(block),
+                            registers_per_thread: Some(regs as i64),
+                            static_smem_bytes: Some(ssmem as i64),
+                            dynamic_smem_bytes: Some(dsmem as i64),
+                            graph_id: (graph != 0).then_some(graph as i64),
+                        })
+                        .map_err(Into::into),
+                    )
+                }
+                tag::MEMCPY | tag::MEMSET => {
+                    let start_ns = p.u64()? as i64;
+                    let end_ns = p.u64()? as i64;
+                    let device = p.u32()?;
+                    let _ctx = p.u32()?;
+                    let stream = p.u32()?;
+                    let corr = p.u32()?;
+                    let bytes = p.u64()?;
+                    let (kind, copy_kind, value) = if t == tag::MEMCPY {
+                        (
+                            MemopKind::Memcpy,
+                            Some(CopyKind::from_cupti(p.u8()? as i64)),
+                            None,
+                        )
+                    } else {
+                        (MemopKind::Memset, None, Some(p.u32()? as i64))
+                    };
+                    Some(
+                        em.w.memop(Memop {
+                            kind,
+                            start_ns,
+                            end_ns,
+                            device_id: device as i64,
+                            stream_id: stream as i64,
+                            pid: Some(pid),
+                            correlation_id: Some(corr as i64),
+                            external_id: None,
+                            bytes: Some(bytes as i64),
+                            copy_kind,
+                            value,
+                        })
+                        .map_err(Into::into),
+                    )
+                }
+                tag::API => {
+                    let runtime = p.u8()? == 1;
+                    let _cbid = p.u32()?;
+                    let start_ns = p.u64()? as i64;
+                    let end_ns = p.u64()? as i64;
+                    let rec_pid = p.u32()? as i64;
+                    let tid = p.u32()? as i64;
+                    let corr = p.u32()?;
+                    let ret = p.u32()?;
+                    let name_id = p.u32()?;
+                    let name = defs.strings.get(&name_id).map_or("<unknown api>", |s| s);
+                    let name = em.w.intern(name);
+                    let rec_pid = if rec_pid == 0 { pid } else { rec_pid };
+                    em.w.thread(rec_pid, tid, None);
+                    Some(
+                        em.w.api_call(ApiCall {
+                            api: if runtime { Api::Runtime } else { Api::Driver },
+                            start_ns,
+                            end_ns,
+                            pid: rec_pid,
+                            tid,
+                            correlation_id: Some(corr as i64),
+                            external_id: None,
+                            name,
+                            return_code: Some(ret as i64),
+                        })
+                        .map_err(Into::into),
+                    )
+                }
+                tag::SYNC => {
+                    let kind = p.u32()?;
+                    let start_ns = p.u64()? as i64;
+                    let end_ns = p.u64()? as i64;
+                    let corr = p.u32()?;
+                    let ctx = p.u32()?;
+                    let stream = p.u32()?;
+                    let device = defs.context_device.get(&ctx).copied().unwrap_or(0);
+                    let name = em.w.intern(sync_name(kind));
+                    // GPU-side range: pid/tid are device/stream (u32::MAX = the whole context).
+                    let tid = if stream == u32::MAX {
+                        -1
+                    } else {
+                        stream as i64
+                    };
+                    let mut r = Range::new(RangeKind::CudaSync, name, device as i64, tid, start_ns);
+                    r.end_ns = Some(end_ns);
+                    r.correlation_id = Some(corr as i64);
+                    Some(em.w.range(r).map_err(Into::into))
+                }
+                tag::OVERHEAD => {
+                    let kind = p.u32()?;
+                    let object_kind = p.u32()?;
+                    let _id0 = p.u32()?;
+                    let id1 = p.u32()?;
+                    let start_ns = p.u64()? as i64;
+                    let end_ns = p.u64()? as i64;
+                    // Object kind 2 = thread: id0 is the process, id1 the thread.
+                    let tid = if object_kind == 2 { id1 as i64 } else { 0 };
+                    let name = em.w.intern(&overhead_name(kind));
+                    let cat = em.w.intern("cupti_overhead");
+                    let mut r = Range::new(RangeKind::Other, name, pid, tid, start_ns);
+                    r.end_ns = Some(end_ns);
+                    r.category = Some(cat);
+                    Some(em.w.range(r).map_err(Into::into))
+                }
+                tag::DEVICE => {
+                    let id = p.u32()?;
+                    let major = p.u32()?;
+                    let minor = p.u32()?;
+                    let sms = p.u32()?;
+                    let mem = p.u64()?;
+                    let clock_khz = p.u32()?;
+                    let bw_kib = p.u64()?;
+                    let name = p.str()?;
+                    em.w.device(Device {
+                        id: id as i64,
+                        name: Some(name),
+                        compute_major: Some(major as i64),
+                        compute_minor: Some(minor as i64),
+                        sm_count: Some(sms as i64),
+                        memory_bytes: Some(mem as i64),
+                        clock_khz: Some(clock_khz as i64),
+                        // CUPTI reports the nominal bandwidth in KB/s.
+                        mem_bandwidth_bytes_per_s: (bw_kib > 0).then_some(bw_kib as f64 * 1000.0),
+                        peak_flops_fp16: None,
+                        peak_source: (bw_kib > 0).then(|| "nominal".to_string()),
+                    });
+                    Some(Ok(()))
+                }
+                tag::THREAD_NAME => {
+                    let tid = p.u32()?;
+                    let name = p.str()?;
+                    em.w.thread(pid, tid as i64, Some(&name));
+                    Some(Ok(()))
+                }
+                tag::NVTX_PUSH => {
+                    let tid = p.u32()?;
+                    let ts = p.u64()? as i64 + off;
+                    let domain = p.u64()?;
+                    let (category, color, text) = read_attrs(&mut p, &defs)?;
+                    stacks.entry((tid, domain)).or_default().push(Open {
+                        tid,
+                        start_ns: ts,
+                        domain,
+                        category,
+                        color,
+                        text,
+                    });
+                    Some(Ok(()))
+                }
+                tag::NVTX_POP => {
+                    let tid = p.u32()?;
+                    let ts = p.u64()? as i64 + off;
+                    let domain = p.u64()?;
+                    let stack = stacks.entry((tid, domain)).or_default();
+                    match stack.pop() {
+                        Some(o) => {
+                            let depth = stack.len() as i64;
+                            Some(em.range(
+                                RangeKind::NvtxPushPop,
+                                &o,
+                                Some((ts, tid)),
+                                Some(depth),
+                                &defs,
+                            ))
+                        }
+                        None => {
+                            unmatched_pops += 1;
+                            Some(Ok(()))
+                        }
+                    }
+                }
+                tag::NVTX_START => {
+                    let id = p.u64()?;
+                    let tid = p.u32()?;
+                    let ts = p.u64()? as i64 + off;
+                    let domain = p.u64()?;
+                    let (category, color, text) = read_attrs(&mut p, &defs)?;
+                    started.insert(
+                        id,
+                        Open {
+                            tid,
+                            start_ns: ts,
+                            domain,
+                            category,
+                            color,
+                            text,
+                        },
+                    );
+                    Some(Ok(()))
+                }
+                tag::NVTX_END => {
+                    let id = p.u64()?;
+                    let tid = p.u32()?;
+                    let ts = p.u64()? as i64 + off;
+                    match started.remove(&id) {
+                        Some(o) => Some(em.range(
+                            RangeKind::NvtxStartEnd,
+                            &o,
+                            Some((ts, tid)),
+                            None,
+                            &defs,
+                        )),
+                        None => Some(Ok(())),
+                    }
+                }
+                tag::NVTX_MARK => {
+                    let tid = p.u32()?;
+                    let ts = p.u64()? as i64 + off;
+                    let domain = p.u64()?;
+                    let (category, color, text) = read_attrs(&mut p, &defs)?;
+                    let o = Open {
+                        tid,
+                        start_ns: ts,
+                        domain,
+                        category,
+                        color,
+                        text,
+                    };
+                    Some(em.range(RangeKind::NvtxMark, &o, None, None, &defs))
+                }
+                _ => Some(Ok(())),
+            }
+        })();
+        match res {
+            Some(Ok(())) => {}
+            Some(Err(e)) => return Err(e),
+            // A whole record shorter than its layout: skipped and counted.
+            None => short_records += 1,
+        }
+    }
+    // Ranges still open when the process ended: kept, with no end.
+    let mut open: Vec<(Open, Option<i64>, RangeKind)> = Vec::new();
+    for (_, stack) in stacks {
+        for (depth, o) in stack.into_iter().enumerate() {
+            open.push((o, Some(depth as i64), RangeKind::NvtxPushPop));
+        }
+    }
+    for (_, o) in started {
+        open.push((o, None, RangeKind::NvtxStartEnd));
+    }
+    open.sort_by_key(|(o, _, _)| o.start_ns);
+    for (o, depth, kind) in open {
+        em.range(kind, &o, None, depth, &defs)?;
+    }
+    if short_records > 0 {
+        report.warnings.push(format!(
+            "process {pid} ({exe_name}): {short_records} spool records were shorter than their \
+             layout and were skipped"
+        ));
+    }
+    if unmatched_pops > 0 {
+        report.warnings.push(format!(
+            "process {pid} ({exe_name}): {unmatched_pops} NVTX pops had no matching push"
+        ));
+    }
+    Ok(())
+}

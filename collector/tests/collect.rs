@@ -1,0 +1,510 @@
+//! `fuseprof collect` without a GPU: bad input, faults, exit codes, and spool ingestion.
+//! What needs a GPU (CUPTI records, NVTX from real programs) is checked on the device by
+//! collector/gpu-test/device/run.sh.
+
+#[path = "../tracer/src/spool.rs"]
+mod spool;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use fuseprof_collector::collect::{
+    ingest_spool_dir, run, Capture, CollectConfig, CollectError, PytorchMode,
+};
+use fuseprof_store::{RangeKind, Store};
+use spool::{tag, Enc};
+
+/// A stand-in tracer path: programs without CUDA or NVTX never load it.
+fn fake_tracer(dir: &Path) -> PathBuf {
+    let p = dir.join("libfuseprof_tracer.so");
+    std::fs::write(&p, b"not loaded by programs without CUDA").unwrap();
+    p
+}
+
+fn config(dir: &Path, out: &str, command: &[&str]) -> CollectConfig {
+    CollectConfig {
+        output: dir.join(out),
+        overwrite: false,
+        pytorch: PytorchMode::None,
+        capture: Capture::All,
+        command: command.iter().map(OsString::from).collect(),
+        tracer_path: Some(fake_tracer(dir)),
+        all_api: false,
+    }
+}
+
+fn assert_valid_empty_run(path: &Path) {
+    let mut store = Store::open(path).expect("a valid run file");
+    let info = store.info().unwrap();
+    assert_eq!(info.counts.kernels, 0);
+    assert_eq!(store.run().unwrap().source_format, "cupti");
+}
+
+#[test]
+fn program_exit_code_passes_through_and_run_is_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "run.sqlite", &["sh", "-c", "exit 3"]);
+    let o = run(&cfg).unwrap();
+    assert_eq!(o.exit_code, 3);
+    assert_eq!(o.signal, None);
+    assert!(
+        o.warnings.iter().any(|w| w.contains("exited with code 3")),
+        "{:?}",
+        o.warnings
+    );
+    assert!(
+        o.warnings.iter().any(|w| w.contains("no CUDA activity")),
+        "{:?}",
+        o.warnings
+    );
+    assert_valid_empty_run(&o.output);
+    let mut store = Store::open(&o.output).unwrap();
+    assert_eq!(
+        store.run().unwrap().command.as_deref(),
+        Some("sh -c exit 3")
+    );
+}
+
+#[test]
+fn zero_exit_gives_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run(&config(dir.path(), "run.sqlite", &["true"])).unwrap();
+    assert_eq!(o.exit_code, 0);
+    assert_valid_empty_run(&o.output);
+}
+
+#[test]
+fn missing_command_gives_127_and_an_empty_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "run.sqlite", &["fuseprof-no-such-command-xyz"]);
+    let o = run(&cfg).unwrap();
+    assert_eq!(o.exit_code, 127);
+    assert!(
+        o.warnings
+            .iter()
+            .any(|w| w.contains("could not run `fuseprof-no-such-command-xyz`")),
+        "{:?}",
+        o.warnings
+    );
+    assert_valid_empty_run(&cfg.output);
+}
+
+#[test]
+fn killed_program_gives_128_plus_signal() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "run.sqlite", &["sh", "-c", "kill -9 $$"]);
+    let o = run(&cfg).unwrap();
+    assert_eq!(o.exit_code, 137);
+    assert_eq!(o.signal, Some(9));
+    assert_valid_empty_run(&cfg.output);
+}
+
+#[test]
+fn existing_output_is_refused_before_running_and_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let cmd = format!("touch {}", marker.display());
+    let cfg = config(dir.path(), "run.sqlite", &["sh", "-c", &cmd]);
+    std::fs::write(&cfg.output, b"keep me").unwrap();
+    match run(&cfg) {
+        Err(e @ CollectError::OutputExists { .. }) => {
+            assert!(e.to_string().contains("already exists"), "{e}")
+        }
+        other => panic!("expected OutputExists, got {other:?}"),
+    }
+    assert_eq!(std::fs::read(&cfg.output).unwrap(), b"keep me");
+    assert!(!marker.exists(), "the program must not run");
+
+    let mut cfg = cfg;
+    cfg.overwrite = true;
+    let o = run(&cfg).unwrap();
+    assert_eq!(o.exit_code, 0);
+    assert!(marker.exists());
+    assert_valid_empty_run(&cfg.output);
+}
+
+#[test]
+fn two_collects_writing_one_output_both_keep_their_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = config(dir.path(), "run.sqlite", &["sh", "-c", "sleep 0.3; exit 4"]);
+    let b = config(dir.path(), "run.sqlite", &["sh", "-c", "sleep 0.6; exit 5"]);
+    let ta = std::thread::spawn(move || run(&a).unwrap());
+    let tb = std::thread::spawn(move || run(&b).unwrap());
+    let (oa, ob) = (ta.join().unwrap(), tb.join().unwrap());
+    assert_eq!((oa.exit_code, ob.exit_code), (4, 5));
+    assert_eq!(oa.output, dir.path().join("run.sqlite"));
+    assert_ne!(ob.output, oa.output);
+    assert!(ob
+        .warnings
+        .iter()
+        .any(|w| w.contains("appeared while the program ran")));
+    assert_valid_empty_run(&oa.output);
+    assert_valid_empty_run(&ob.output);
+}
+
+#[test]
+fn empty_command_and_missing_tracer_are_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "run.sqlite", &[]);
+    assert!(matches!(run(&cfg), Err(CollectError::EmptyCommand)));
+    let mut cfg = config(dir.path(), "run.sqlite", &["true"]);
+    cfg.tracer_path = Some(dir.path().join("nope.so"));
+    let e = run(&cfg).unwrap_err();
+    assert!(matches!(e, CollectError::TracerNotFound { .. }));
+    assert!(e.to_string().contains("FUSEPROF_TRACER"), "{e}");
+    assert!(!cfg.output.exists());
+}
+
+#[test]
+fn options_parse_with_clear_errors() {
+    assert_eq!(
+        "modules".parse::<PytorchMode>().unwrap(),
+        PytorchMode::Modules
+    );
+    assert_eq!("none".parse::<PytorchMode>().unwrap(), PytorchMode::None);
+    assert!("layers"
+        .parse::<PytorchMode>()
+        .unwrap_err()
+        .to_string()
+        .contains("--pytorch layers"));
+    assert_eq!(
+        "cudaProfilerApi".parse::<Capture>().unwrap(),
+        Capture::CudaProfilerApi
+    );
+    assert_eq!(
+        "nvtx:train step".parse::<Capture>().unwrap(),
+        Capture::Nvtx("train step".into())
+    );
+    assert!("nvtx:".parse::<Capture>().is_err());
+    assert!("everything".parse::<Capture>().is_err());
+}
+
+#[test]
+fn environment_reaches_the_program_and_children() {
+    // The spool folder and injection variables are set for the command and inherited by the
+    // processes it starts; PYTHONPATH carries the PyTorch hook.
+    let dir = tempfile::tempdir().unwrap();
+    let seen = dir.path().join("env.txt");
+    let script = format!(
+        "sh -c 'echo \"$FUSEPROF_SPOOL_DIR|$CUDA_INJECTION64_PATH|$NVTX_INJECTION64_PATH|$FUSEPROF_PYTORCH|$FUSEPROF_CAPTURE|$PYTHONPATH\"' > {}",
+        seen.display()
+    );
+    let mut cfg = config(dir.path(), "run.sqlite", &["sh", "-c", &script]);
+    cfg.pytorch = PytorchMode::Modules;
+    cfg.capture = Capture::Nvtx("step".into());
+    let o = run(&cfg).unwrap();
+    assert_eq!(o.exit_code, 0);
+    let text = std::fs::read_to_string(&seen).unwrap();
+    let parts: Vec<&str> = text.trim().split('|').collect();
+    let tracer = cfg.tracer_path.as_ref().unwrap().display().to_string();
+    assert!(parts[0].contains("fuseprof-spool-"), "{text}");
+    assert_eq!(parts[1], tracer);
+    assert_eq!(parts[2], tracer);
+    assert_eq!(parts[3], "modules");
+    assert_eq!(parts[4], "nvtx:step");
+    assert!(
+        parts[5].ends_with("/python") || parts[5].contains("/python:"),
+        "{text}"
+    );
+    assert!(
+        !Path::new(parts[0]).exists(),
+        "the spool folder is removed afterwards"
+    );
+}
+
+// ---- spool ingestion --------------------------------------------------------------------------
+
+fn rec(buf: &mut Vec<u8>, t: u8, f: impl FnOnce(&mut Enc)) {
+    let mut e = Enc(buf);
+    let at = e.begin(t);
+    f(&mut e);
+    e.end(at);
+}
+
+fn attrs(e: &mut Enc, category: u32, color: Option<u32>, text: &str) {
+    e.u32(category);
+    e.u8(color.is_some() as u8);
+    e.u32(color.unwrap_or(0));
+    e.u8(spool::msg::TEXT);
+    e.str(text);
+}
+
+/// A spool as the tracer writes it for one process, cut short at the end like a crash.
+fn sample_spool() -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend_from_slice(spool::MAGIC);
+    b.extend_from_slice(&spool::VERSION.to_le_bytes());
+    let (pid, t1, t2) = (4242u32, 100u32, 101u32);
+    rec(&mut b, tag::PROCESS, |e| {
+        e.u32(pid);
+        e.u32(1);
+        e.u32(130001);
+        e.u8(0);
+        e.i64(1_700_000_000_000_000_000);
+        e.u64(0);
+        e.str("/usr/bin/python3");
+        e.str("python3 train.py");
+    });
+    rec(&mut b, tag::CLOCK, |e| e.i64(-50));
+    rec(&mut b, tag::STRING, |e| {
+        e.u32(1);
+        e.str("void gemm<float>(float*)");
+    });
+    rec(&mut b, tag::STRING, |e| {
+        e.u32(2);
+        e.str("cudaLaunchKernel");
+    });
+    rec(&mut b, tag::CONTEXT, |e| {
+        e.u32(1);
+        e.u32(0);
+    });
+    rec(&mut b, tag::NVTX_DOMAIN, |e| {
+        e.u64(7);
+        e.str("mydomain");
+    });
+    rec(&mut b, tag::NVTX_CATEGORY, |e| {
+        e.u64(7);
+        e.u32(3);
+        e.str("io");
+    });
+    rec(&mut b, tag::NVTX_STRING, |e| {
+        e.u64(9);
+        e.u64(7);
+        e.str("registered text");
+    });
+    rec(&mut b, tag::THREAD_NAME, |e| {
+        e.u32(t2);
+        e.str("loader");
+    });
+    // Nested push/pop on t1 (default domain), times on the host clock (+ offset -50).
+    rec(&mut b, tag::NVTX_PUSH, |e| {
+        e.u32(t1);
+        e.u64(1000);
+        e.u64(0);
+        attrs(e, 0, None, "outer");
+    });
+    rec(&mut b, tag::NVTX_PUSH, |e| {
+        e.u32(t1);
+        e.u64(1100);
+        e.u64(0);
+        attrs(
+            e,
+            0,
+            Some(0xff00ff00),
+            "aten::addmm, seq = 12, sizes = [[256], [64, 128], []]",
+        );
+    });
+    rec(&mut b, tag::API, |e| {
+        e.u8(1);
+        e.u32(211);
+        e.u64(1100);
+        e.u64(1120);
+        e.u32(pid);
+        e.u32(t1);
+        e.u32(55);
+        e.u32(0);
+        e.u32(2);
+    });
+    rec(&mut b, tag::NVTX_POP, |e| {
+        e.u32(t1);
+        e.u64(1200);
+        e.u64(0);
+    });
+    rec(&mut b, tag::NVTX_POP, |e| {
+        e.u32(t1);
+        e.u64(1300);
+        e.u64(0);
+    });
+    // A domain push/pop with a registered string and a named category.
+    rec(&mut b, tag::NVTX_PUSH, |e| {
+        e.u32(t2);
+        e.u64(1400);
+        e.u64(7);
+        e.u32(3);
+        e.u8(0);
+        e.u32(0);
+        e.u8(spool::msg::REGISTERED);
+        e.u64(9);
+    });
+    rec(&mut b, tag::NVTX_POP, |e| {
+        e.u32(t2);
+        e.u64(1450);
+        e.u64(7);
+    });
+    // A start/end range crossing threads, a mark, a module range.
+    rec(&mut b, tag::NVTX_START, |e| {
+        e.u64(1);
+        e.u32(t1);
+        e.u64(1500);
+        e.u64(0);
+        attrs(e, 0, None, "epoch");
+    });
+    rec(&mut b, tag::NVTX_END, |e| {
+        e.u64(1);
+        e.u32(t2);
+        e.u64(1900);
+    });
+    rec(&mut b, tag::NVTX_MARK, |e| {
+        e.u32(t1);
+        e.u64(1600);
+        e.u64(0);
+        attrs(e, 0, None, "checkpoint");
+    });
+    rec(&mut b, tag::NVTX_PUSH, |e| {
+        e.u32(t1);
+        e.u64(1700);
+        e.u64(0);
+        attrs(e, 0, None, "module:layers.0.attn:WindowAttention");
+    });
+    rec(&mut b, tag::NVTX_POP, |e| {
+        e.u32(t1);
+        e.u64(1800);
+        e.u64(0);
+    });
+    rec(&mut b, tag::KERNEL, |e| {
+        e.u64(1170);
+        e.u64(1190);
+        e.u32(0);
+        e.u32(1);
+        e.u32(7);
+        e.u32(55);
+        for v in [4, 1, 1, 128, 1, 1] {
+            e.i32(v);
+        }
+        e.u16(32);
+        e.i32(0);
+        e.i32(1024);
+        e.u32(1);
+        e.u32(0);
+    });
+    rec(&mut b, tag::MEMCPY, |e| {
+        e.u64(1010);
+        e.u64(1020);
+        e.u32(0);
+        e.u32(1);
+        e.u32(7);
+        e.u32(54);
+        e.u64(4096);
+        e.u8(1);
+        e.u32(0);
+    });
+    rec(&mut b, tag::SYNC, |e| {
+        e.u32(3);
+        e.u64(1200);
+        e.u64(1250);
+        e.u32(56);
+        e.u32(1);
+        e.u32(7);
+        e.u32(0);
+    });
+    rec(&mut b, tag::DROPPED, |e| {
+        e.u64(0);
+        e.u64(0);
+    });
+    // An open range at the end, then a record cut short: the process died while writing.
+    rec(&mut b, tag::NVTX_PUSH, |e| {
+        e.u32(t1);
+        e.u64(2000);
+        e.u64(0);
+        attrs(e, 0, None, "never closed");
+    });
+    let mut cut = Vec::new();
+    rec(&mut cut, tag::KERNEL, |e| e.u64(1));
+    b.extend_from_slice(&cut[..cut.len() - 3]);
+    b
+}
+
+#[test]
+fn spool_ingestion_pairs_ranges_and_keeps_a_crashed_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool_dir = dir.path().join("spool");
+    std::fs::create_dir(&spool_dir).unwrap();
+    std::fs::write(spool_dir.join("fuseprof-4242-1.spool"), sample_spool()).unwrap();
+    let out = dir.path().join("run.sqlite");
+    let counts = ingest_spool_dir(&spool_dir, &out).unwrap();
+    assert_eq!(counts.kernels, 1);
+    assert_eq!(counts.memcpys, 1);
+    assert_eq!(counts.api_calls, 1);
+
+    let mut store = Store::open(&out).unwrap();
+    let strings = store.strings().unwrap();
+    let mut ranges = Vec::new();
+    store.for_each_range(|r| ranges.push(r)).unwrap();
+    let find = |name: &str| {
+        ranges
+            .iter()
+            .find(|r| strings.get(r.name) == name)
+            .unwrap_or_else(|| panic!("no range {name}"))
+            .clone()
+    };
+    let outer = find("outer");
+    assert_eq!(
+        (outer.kind, outer.depth, outer.start_ns, outer.end_ns),
+        (RangeKind::NvtxPushPop, Some(0), 950, Some(1250))
+    );
+    let op = find("aten::addmm");
+    assert_eq!(op.depth, Some(1));
+    assert_eq!(op.color, Some(0xff00ff00));
+    assert_eq!(strings.get(op.input_dims.unwrap()), "[[256],[64,128],[]]");
+    let reg = find("registered text");
+    assert_eq!(strings.get(reg.domain.unwrap()), "mydomain");
+    assert_eq!(strings.get(reg.category.unwrap()), "io");
+    let epoch = find("epoch");
+    assert_eq!(
+        (epoch.kind, epoch.tid, epoch.end_tid),
+        (RangeKind::NvtxStartEnd, 100, Some(101))
+    );
+    let mark = find("checkpoint");
+    assert_eq!((mark.kind, mark.end_ns), (RangeKind::NvtxMark, None));
+    let module = find("layers.0.attn");
+    assert_eq!(strings.get(module.domain.unwrap()), "pytorch.modules");
+    assert_eq!(strings.get(module.category.unwrap()), "WindowAttention");
+    let open = find("never closed");
+    assert_eq!(open.end_ns, None);
+    let sync = find("cudaStreamSynchronize");
+    assert_eq!(
+        (sync.kind, sync.pid, sync.tid, sync.correlation_id),
+        (RangeKind::CudaSync, 0, 7, Some(56))
+    );
+
+    let mut kernels = Vec::new();
+    store.for_each_kernel(|k| kernels.push(k)).unwrap();
+    let k = &kernels[0];
+    assert_eq!(
+        (k.pid, k.correlation_id, k.stream_id),
+        (Some(4242), Some(55), 7)
+    );
+    assert_eq!(strings.get(k.name), "void gemm<float>(float*)");
+    assert_eq!(k.block, Some([128, 1, 1]));
+    assert_eq!(k.dynamic_smem_bytes, Some(1024));
+    // The launch call and its kernel join on (pid, correlation id) and sit inside the op range.
+    let mut calls = Vec::new();
+    store.for_each_api_call(|a| calls.push(a)).unwrap();
+    assert_eq!((calls[0].pid, calls[0].correlation_id), (4242, Some(55)));
+    assert!(op.start_ns <= calls[0].start_ns && calls[0].end_ns <= op.end_ns.unwrap());
+
+    let threads = store.threads().unwrap();
+    assert!(threads
+        .iter()
+        .any(|(p, t, n)| (*p, *t) == (4242, 101) && n.as_deref() == Some("loader")));
+    let processes = store.processes().unwrap();
+    assert_eq!(processes[0], (4242, Some("python3 train.py".to_string())));
+    assert_eq!(
+        store.run().unwrap().cupti_version.as_deref(),
+        Some("130001")
+    );
+}
+
+#[test]
+fn a_foreign_file_in_the_spool_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool_dir = dir.path().join("spool");
+    std::fs::create_dir(&spool_dir).unwrap();
+    std::fs::write(
+        spool_dir.join("fuseprof-1-1.spool"),
+        b"this is not a spool file",
+    )
+    .unwrap();
+    let e = ingest_spool_dir(&spool_dir, &dir.path().join("run.sqlite")).unwrap_err();
+    assert!(e.to_string().contains("not a fuseprof spool file"), "{e}");
+}

@@ -1,0 +1,486 @@
+//! The library `fuseprof collect` injects into the program it traces.
+//!
+//! The CUDA driver loads it through `CUDA_INJECTION64_PATH` and calls [`InitializeInjection`];
+//! NVTX loads it through `NVTX_INJECTION64_PATH` and calls [`InitializeInjectionNvtx2`], where
+//! the library fills NVTX's callback tables itself. Both do nothing unless `FUSEPROF_SPOOL_DIR`
+//! is set. Records go to a per-process spool file (see `spool.rs`) that a background thread
+//! writes; the collector turns the spool files of a run into one store run.
+//!
+//! Hot paths (NVTX callbacks, CUPTI buffer callbacks) only append bytes to a buffer under a
+//! short lock. Everything that can fail is caught: a panic never crosses an `extern "C"` edge.
+
+mod cupti;
+mod nvtx;
+#[path = "spool.rs"]
+pub mod spool;
+
+use std::cell::Cell;
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::ffi::OsStringExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Mutex, Once};
+use std::time::Duration;
+
+use spool::{tag, Enc};
+
+/// NVTX bytes waiting for the writer beyond this are dropped and counted.
+const PENDING_LIMIT_BYTES: usize = 256 << 20;
+/// How often the writer thread wakes up on its own.
+const WRITER_PERIOD: Duration = Duration::from_millis(200);
+
+/// One traced process's tracer. Replaced (never freed) in a forked child.
+pub(crate) struct Tracer {
+    pub pid: u32,
+    spool_dir: PathBuf,
+    /// The spool file, opened on first write so that processes that record nothing leave none.
+    file: Mutex<Option<File>>,
+    /// Encoded records from NVTX and other host-side sources.
+    pub pending: Mutex<Vec<u8>>,
+    /// Completed CUPTI buffers: (pointer, valid bytes), freed after decoding.
+    pub cupti_buffers: Mutex<Vec<(usize, usize)>>,
+    pub cupti_dropped: AtomicU64,
+    pub nvtx_dropped: AtomicU64,
+    writer_started: AtomicBool,
+    /// Set when a flush was asked for from a place that cannot do it itself (a signal handler).
+    flush_requested: AtomicU8,
+    flush_seq_done: AtomicU64,
+    flush_seq_asked: AtomicU64,
+}
+
+static TRACER: AtomicPtr<Tracer> = AtomicPtr::new(std::ptr::null_mut());
+static INIT: Once = Once::new();
+/// Woken by CUPTI buffer completion and by signal handlers (sem_post is async-signal-safe).
+static mut WAKE: std::mem::MaybeUninit<libc::sem_t> = std::mem::MaybeUninit::uninit();
+static WAKE_READY: AtomicBool = AtomicBool::new(false);
+
+/// Capture modes from `FUSEPROF_CAPTURE`.
+pub(crate) mod capture {
+    pub const ALL: u8 = 0;
+    pub const PROFILER_API: u8 = 1;
+    pub const NVTX: u8 = 2;
+}
+pub(crate) static CAPTURE_MODE: AtomicU8 = AtomicU8::new(capture::ALL);
+/// Whether records are being kept now (always true in mode ALL).
+pub(crate) static CAPTURING: AtomicBool = AtomicBool::new(true);
+pub(crate) static CAPTURE_NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+thread_local! {
+    static TID: Cell<u32> = const { Cell::new(0) };
+}
+
+/// The OS thread id of the caller, cached per thread.
+pub(crate) fn tid() -> u32 {
+    TID.with(|t| {
+        let v = t.get();
+        if v != 0 {
+            return v;
+        }
+        // SAFETY: gettid has no preconditions.
+        let v = unsafe { libc::gettid() } as u32;
+        t.set(v);
+        v
+    })
+}
+
+/// Host timestamp in ns on CLOCK_REALTIME, which CUPTI also uses on Linux; the measured offset
+/// to cuptiGetTimestamp is spooled (tag CLOCK) so the collector can line the two up exactly.
+pub(crate) fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid out pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// The tracer, if this process is being traced.
+pub(crate) fn tracer() -> Option<&'static Tracer> {
+    let p = TRACER.load(Ordering::Acquire);
+    // SAFETY: a published tracer is leaked and never freed.
+    unsafe { p.as_ref() }
+}
+
+/// Sets the tracer up once per process; `None` when `FUSEPROF_SPOOL_DIR` is unset.
+pub(crate) fn init() -> Option<&'static Tracer> {
+    INIT.call_once(|| {
+        let Some(dir) = std::env::var_os(spool::ENV_SPOOL_DIR) else {
+            return;
+        };
+        if dir.is_empty() {
+            return;
+        }
+        match std::env::var(spool::ENV_CAPTURE).as_deref() {
+            Ok("cudaProfilerApi") => {
+                CAPTURE_MODE.store(capture::PROFILER_API, Ordering::Relaxed);
+                CAPTURING.store(false, Ordering::Relaxed);
+            }
+            Ok(s) if s.starts_with("nvtx:") => {
+                let _ = CAPTURE_NAME.set(s["nvtx:".len()..].to_string());
+                CAPTURE_MODE.store(capture::NVTX, Ordering::Relaxed);
+                CAPTURING.store(false, Ordering::Relaxed);
+            }
+            _ => {}
+        }
+        // SAFETY: WAKE is initialised once here, before any sem_post can see WAKE_READY.
+        unsafe {
+            libc::sem_init(std::ptr::addr_of_mut!(WAKE).cast(), 0, 0);
+        }
+        WAKE_READY.store(true, Ordering::Release);
+        install(PathBuf::from(dir));
+        install_signal_handlers();
+        // SAFETY: the handlers are plain extern "C" functions without arguments.
+        unsafe {
+            libc::pthread_atfork(None, None, Some(after_fork_child));
+            libc::atexit(at_exit);
+        }
+    });
+    tracer()
+}
+
+fn install(spool_dir: PathBuf) {
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() } as u32;
+    let t = Box::leak(Box::new(Tracer {
+        pid,
+        spool_dir,
+        file: Mutex::new(None),
+        pending: Mutex::new(Vec::with_capacity(1 << 20)),
+        cupti_buffers: Mutex::new(Vec::new()),
+        cupti_dropped: AtomicU64::new(0),
+        nvtx_dropped: AtomicU64::new(0),
+        writer_started: AtomicBool::new(false),
+        flush_requested: AtomicU8::new(0),
+        flush_seq_done: AtomicU64::new(0),
+        flush_seq_asked: AtomicU64::new(0),
+    }));
+    TRACER.store(t, Ordering::Release);
+    t.record(|e| write_process(e, pid, 0));
+}
+
+fn write_process(e: &mut Enc, pid: u32, cupti_version: u32) {
+    let at = e.begin(tag::PROCESS);
+    e.u32(pid);
+    // SAFETY: getppid has no preconditions.
+    e.u32(unsafe { libc::getppid() } as u32);
+    e.u32(cupti_version);
+    e.u8(0);
+    e.i64(now_ns() as i64);
+    e.u64(now_ns());
+    let exe = std::fs::read_link("/proc/self/exe")
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    e.str(&exe);
+    let cmdline = std::fs::read("/proc/self/cmdline").unwrap_or_default();
+    let args: Vec<String> = cmdline
+        .split(|&b| b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| {
+            OsString::from_vec(a.to_vec())
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    e.str(&args.join(" "));
+    e.end(at);
+}
+
+impl Tracer {
+    /// Appends one encoded record to the pending buffer. Drops (and counts) it when the writer
+    /// has fallen too far behind, so memory stays bounded.
+    pub fn record(&'static self, f: impl FnOnce(&mut Enc)) {
+        self.ensure_writer();
+        let Ok(mut buf) = self.pending.lock() else {
+            return;
+        };
+        if buf.len() > PENDING_LIMIT_BYTES {
+            self.nvtx_dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        f(&mut Enc(&mut buf));
+    }
+
+    fn ensure_writer(&'static self) {
+        if self.writer_started.load(Ordering::Relaxed)
+            || self.writer_started.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        let _ = std::thread::Builder::new()
+            .name("fuseprof-spool".into())
+            .spawn(move || writer_loop(self));
+    }
+
+    /// Writes everything gathered so far: completed CUPTI buffers and pending records.
+    pub fn drain(&self) {
+        let Ok(mut file) = self.file.lock() else {
+            return;
+        };
+        let mut out = Vec::new();
+        let buffers = match self.cupti_buffers.lock() {
+            Ok(mut b) => std::mem::take(&mut *b),
+            Err(_) => Vec::new(),
+        };
+        for (ptr, valid) in buffers {
+            cupti::decode_buffer(ptr as *mut u8, valid, &mut out);
+            cupti::free_buffer(ptr as *mut u8);
+        }
+        if let Ok(mut p) = self.pending.lock() {
+            // Host records first: the strings and domains they define are looked up by the
+            // reader only after the whole file is read, so order does not matter for meaning.
+            out.extend_from_slice(&p);
+            p.clear();
+        }
+        if out.is_empty() {
+            return;
+        }
+        if file.is_none() {
+            *file = self.open_spool();
+        }
+        if let Some(f) = file.as_mut() {
+            let _ = f.write_all(&out);
+        }
+    }
+
+    fn open_spool(&self) -> Option<File> {
+        let name = format!(
+            "{}{}-{}{}",
+            spool::FILE_PREFIX,
+            self.pid,
+            now_ns(),
+            spool::FILE_SUFFIX
+        );
+        let mut f = File::create(self.spool_dir.join(name)).ok()?;
+        let mut head = Vec::with_capacity(12);
+        head.extend_from_slice(spool::MAGIC);
+        head.extend_from_slice(&spool::VERSION.to_le_bytes());
+        f.write_all(&head).ok()?;
+        Some(f)
+    }
+
+    /// Marks a complete flush as wanted; the writer thread does it. Returns its sequence number.
+    pub fn ask_flush(&self, reason: u8) -> u64 {
+        self.flush_requested.store(reason, Ordering::Relaxed);
+        self.flush_seq_asked.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// A complete flush: CUPTI's buffers, then everything pending, then a FLUSHED marker.
+    pub fn flush_all(&self, reason: u8) {
+        cupti::flush_all();
+        let dropped_cupti = self.cupti_dropped.load(Ordering::Relaxed);
+        let dropped_nvtx = self.nvtx_dropped.load(Ordering::Relaxed);
+        if let Ok(mut buf) = self.pending.lock() {
+            let mut e = Enc(&mut buf);
+            let at = e.begin(tag::DROPPED);
+            e.u64(dropped_cupti);
+            e.u64(dropped_nvtx);
+            e.end(at);
+            let at = e.begin(tag::FLUSHED);
+            e.u64(now_ns());
+            e.u8(reason);
+            e.end(at);
+        }
+        self.drain();
+    }
+}
+
+/// Wakes the writer thread. Async-signal-safe.
+pub(crate) fn wake_writer() {
+    if WAKE_READY.load(Ordering::Acquire) {
+        // SAFETY: WAKE was initialised before WAKE_READY was set.
+        unsafe {
+            libc::sem_post(std::ptr::addr_of_mut!(WAKE).cast());
+        }
+    }
+}
+
+fn writer_loop(t: &'static Tracer) {
+    // Signals go to the program's threads, never to this one: the handler waits for it.
+    // SAFETY: plain signal-mask calls on this thread.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+    loop {
+        let r = std::panic::catch_unwind(|| {
+            wait_wake(WRITER_PERIOD);
+            let asked = t.flush_seq_asked.load(Ordering::Acquire);
+            if asked > t.flush_seq_done.load(Ordering::Acquire) {
+                let reason = t.flush_requested.load(Ordering::Relaxed);
+                // What is already gathered goes to disk first: if the CUPTI flush below blocks
+                // (a signal can interrupt a thread inside CUDA), that much is safe.
+                t.drain();
+                t.flush_all(reason);
+                t.flush_seq_done.store(asked, Ordering::Release);
+            } else {
+                t.drain();
+            }
+        });
+        if r.is_err() {
+            return;
+        }
+        // A forked child gets a new tracer; this thread belongs to the old one.
+        if !std::ptr::eq(TRACER.load(Ordering::Acquire), t) {
+            return;
+        }
+    }
+}
+
+fn wait_wake(period: Duration) {
+    let deadline_ns = now_ns() + period.as_nanos() as u64;
+    let ts = libc::timespec {
+        tv_sec: (deadline_ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (deadline_ns % 1_000_000_000) as libc::c_long,
+    };
+    // SAFETY: WAKE is initialised (the writer starts only after init).
+    unsafe {
+        libc::sem_timedwait(std::ptr::addr_of_mut!(WAKE).cast(), &ts);
+    }
+}
+
+/// Asks the writer thread for a complete flush and waits for it up to `timeout`.
+/// Async-signal-safe: atomics, sem_post and nanosleep only.
+pub(crate) fn request_flush_and_wait(reason: u8, timeout: Duration) {
+    let Some(t) = tracer() else { return };
+    if !t.writer_started.load(Ordering::Acquire) {
+        return;
+    }
+    let seq = t.ask_flush(reason);
+    wake_writer();
+    let step = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 2_000_000,
+    };
+    let mut waited = Duration::ZERO;
+    while t.flush_seq_done.load(Ordering::Acquire) < seq && waited < timeout {
+        // SAFETY: nanosleep with a valid timespec.
+        unsafe { libc::nanosleep(&step, std::ptr::null_mut()) };
+        waited += Duration::from_millis(2);
+    }
+}
+
+extern "C" fn at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        if let Some(t) = tracer() {
+            t.flush_all(spool::flush_reason::EXIT);
+        }
+    });
+}
+
+extern "C" fn after_fork_child() {
+    let _ = std::panic::catch_unwind(|| {
+        let Some(old) = tracer() else { return };
+        // The parent's locks may be held by threads that do not exist here: leave the old
+        // tracer alone (leaked) and start a fresh one for this process. CUDA cannot be used in
+        // a forked child, so CUPTI stays off; NVTX keeps working.
+        cupti::forget_after_fork();
+        install(old.spool_dir.clone());
+        nvtx::reemit_definitions();
+    });
+}
+
+// ---- signals ------------------------------------------------------------------------------
+
+static OLD_INT: AtomicPtr<libc::sigaction> = AtomicPtr::new(std::ptr::null_mut());
+static OLD_TERM: AtomicPtr<libc::sigaction> = AtomicPtr::new(std::ptr::null_mut());
+static IN_HANDLER: AtomicU32 = AtomicU32::new(0);
+
+fn install_signal_handlers() {
+    for (sig, slot) in [(libc::SIGINT, &OLD_INT), (libc::SIGTERM, &OLD_TERM)] {
+        // SAFETY: sigaction with valid pointers; the old action is kept (leaked) for chaining.
+        unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, std::ptr::null(), &mut old) != 0 {
+                continue;
+            }
+            if old.sa_sigaction == libc::SIG_IGN {
+                continue; // the program ignores it: so do we
+            }
+            let mut new: libc::sigaction = std::mem::zeroed();
+            new.sa_sigaction = on_signal as *const () as usize;
+            new.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            libc::sigemptyset(&mut new.sa_mask);
+            slot.store(Box::into_raw(Box::new(old)), Ordering::Release);
+            libc::sigaction(sig, &new, std::ptr::null_mut());
+        }
+    }
+}
+
+extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    if IN_HANDLER.fetch_add(1, Ordering::AcqRel) == 0 {
+        request_flush_and_wait(spool::flush_reason::SIGNAL, Duration::from_secs(3));
+    }
+    IN_HANDLER.fetch_sub(1, Ordering::AcqRel);
+    let slot = if sig == libc::SIGINT {
+        &OLD_INT
+    } else {
+        &OLD_TERM
+    };
+    // SAFETY: the slot holds the action that was installed before ours (never freed).
+    let Some(old) = (unsafe { slot.load(Ordering::Acquire).as_ref() }) else {
+        return;
+    };
+    let h = old.sa_sigaction;
+    if h == libc::SIG_IGN {
+        return;
+    }
+    if h == libc::SIG_DFL {
+        // Default action: put it back and re-raise; it fires once this handler returns.
+        // SAFETY: async-signal-safe calls with valid arguments.
+        unsafe {
+            libc::sigaction(sig, old, std::ptr::null_mut());
+            libc::raise(sig);
+        }
+        return;
+    }
+    // SAFETY: calling the program's own handler the way it was installed.
+    unsafe {
+        if old.sa_flags & libc::SA_SIGINFO != 0 {
+            let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+                std::mem::transmute(h);
+            f(sig, info, ctx);
+        } else {
+            let f: extern "C" fn(libc::c_int) = std::mem::transmute(h);
+            f(sig);
+        }
+    }
+}
+
+// ---- entry points -------------------------------------------------------------------------
+
+/// Called by the CUDA driver during `cuInit` when `CUDA_INJECTION64_PATH` names this library.
+#[no_mangle]
+pub extern "C" fn InitializeInjection() -> libc::c_int {
+    std::panic::catch_unwind(|| {
+        if let Some(t) = init() {
+            cupti::start(t);
+        }
+    })
+    .map(|_| 1)
+    .unwrap_or(0)
+}
+
+/// Called by NVTX on first use when `NVTX_INJECTION64_PATH` names this library. Each copy of
+/// NVTX in the process (PyTorch, cuDNN, the program's own) calls it once with its own tables.
+///
+/// # Safety
+/// `get_export_table` must be NVTX's export-table accessor.
+#[no_mangle]
+pub unsafe extern "C" fn InitializeInjectionNvtx2(
+    get_export_table: nvtx::GetExportTable,
+) -> libc::c_int {
+    std::panic::catch_unwind(|| {
+        if init().is_none() {
+            return 0;
+        }
+        // SAFETY: forwarded from NVTX's own call.
+        unsafe { nvtx::install(get_export_table) }
+    })
+    .unwrap_or(0)
+}
