@@ -30,7 +30,7 @@ if [[ $STEP == all || $STEP == bench ]]; then
   grep -vE "^\s*$" "$OUT/bench.log" | grep -E "^(window|fMHA|LN|reverse|padded|aligned|GEMM|bias|ceil|\|)" | head -80
 fi
 if [[ $STEP == all || $STEP == sanitize ]]; then
-  timeout 120 compute-sanitizer --tool memcheck --print-limit 20 python3 kernels/bench/gpu_check.py --mode small \
+  timeout 170 compute-sanitizer --tool memcheck --print-limit 20 python3 kernels/bench/gpu_check.py --mode small \
     > "$OUT/memcheck.log" 2>&1
   echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|CHECKS" "$OUT/memcheck.log"
   # racecheck: our kernels only (it cannot run cuBLASLt's Hopper GEMMs, see gpu_check.py --help)

@@ -45,6 +45,7 @@ _SIGS = {
     "fpk_precompile_all": [],
     "fpk_abi_version": [],
     "fpk_attention": [_I32, _U64, _U64, _U64, _U64, _I64, _I64, _I64, _I64, _I32, _I64, _F32, _VP],
+    "fpk_attention_combine": [_I32, _U64, _U64, _U64, _I64, _I64, _I64, _VP],
     "fpk_ln_shift_partition": [_I32, _U64, _U64, _U64, _U64, _I64, _I64, _I64, _I64, _I64, _I64, _F32, _VP],
     "fpk_window_reverse_residual": [_I32, _U64, _U64, _U64, _U64, _U64, _U64, _I64, _I64, _I64, _I64, _I64,
                                     _I64, _F32, _VP],
@@ -107,12 +108,34 @@ def precompile_all():
     _check(lib().fpk_precompile_all())
 
 
-def attention(qkv, heads, seq, bias=None, window_mask=None, key_padding_mask=None, scale=None, out=None):
+def attention_add(heads, seq, bias=None, window_mask=None, out=None):
+    """Precombine bias [heads, seq, seq] and window_mask [nW, seq, seq] (either may be None) into the
+    [nW or 1, heads, seq, seq rounded up to 8] additive tensor that attention(add=...) takes (seq <= 64).
+    A one-time setup per layer, like weight padding: bias and mask are constants of the model."""
+    t = bias if bias is not None else window_mask
+    if t is None:
+        raise FuseprofKernelError("attention_add needs a bias or a window mask")
+    dt = _dt(t)
+    for u in (bias, window_mask):
+        if u is not None and u.dtype != t.dtype:
+            raise FuseprofKernelError("bias and mask must have the same dtype")
+    n = window_mask.shape[0] if window_mask is not None else 1
+    npad = -(-seq // 8) * 8
+    if out is None:
+        out = torch.empty(n, heads, seq, npad, device=t.device, dtype=t.dtype)
+    _check(lib().fpk_attention_combine(dt, _ptr(bias), _ptr(window_mask), _ptr(out), seq, heads, n, _stream()))
+    return out
+
+
+def attention(qkv, heads, seq, bias=None, window_mask=None, key_padding_mask=None, scale=None, out=None,
+              add=None):
     """Fused attention on the QKV linear's output.
 
     qkv: [B*seq, 3*heads*d] (or [B, seq, 3*heads*d]); returns [B*seq, heads*d].
     bias: [heads, seq, seq]; window_mask: [nW, seq, seq] (batch entry b uses b % nW);
     key_padding_mask: [B, seq] additive.
+    add: the output of attention_add() (bias + window mask precombined; seq <= 64); the fast path
+    for Swin windows (the persistent kernel). Not together with bias / window_mask.
     """
     dt = _dt(qkv)
     tokens = qkv.numel() // qkv.shape[-1]
@@ -125,7 +148,11 @@ def attention(qkv, heads, seq, bias=None, window_mask=None, key_padding_mask=Non
     if out is None:
         out = torch.empty(tokens, heads * d, device=qkv.device, dtype=qkv.dtype)
     mask, kind, n_mask = None, 0, 0
-    if window_mask is not None:
+    if add is not None:
+        if bias is not None or window_mask is not None or key_padding_mask is not None:
+            raise FuseprofKernelError("add already holds the bias and mask")
+        mask, kind, n_mask = add, 3, add.shape[0]
+    elif window_mask is not None:
         mask, kind, n_mask = window_mask, 1, window_mask.shape[0]
     elif key_padding_mask is not None:
         mask, kind, n_mask = key_padding_mask, 2, batch

@@ -26,6 +26,30 @@ pub enum AttentionMask {
     },
     /// `[batch, seq]`: one additive value per key, shared by all queries and heads.
     KeyPadding,
+    /// A precombined additive tensor `[n_entries, heads, seq, padded_seq(seq)]` (bias + window
+    /// mask, -inf in the padding columns, made once by [`launch_attention_combine`]); batch entry `b` uses entry
+    /// `b % n_entries`. Needs `seq <= 64` and `has_bias == false` (the bias is inside).
+    Combined {
+        n_entries: usize,
+    },
+}
+
+/// `seq` rounded up to a multiple of 8: the row length of a [`AttentionMask::Combined`] tensor,
+/// so each row is whole 16-byte chunks.
+pub fn padded_seq(seq: usize) -> usize {
+    seq.div_ceil(8) * 8
+}
+
+/// Shared-memory row stride (elements) of the additive tile in `fmha_fwd_window`: the padded
+/// row, plus 8 when its length in 32-bit words is a multiple of 8 (which would put the 8 row
+/// groups of an mma fragment on the same banks).
+pub fn add_smem_stride(seq: usize) -> usize {
+    let np = padded_seq(seq);
+    if np % 16 == 8 {
+        np
+    } else {
+        np + 8
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -64,10 +88,27 @@ impl AttentionParams {
                 return Err(invalid("a window mask needs n_windows >= 1"));
             }
         }
+        if let AttentionMask::Combined { n_entries } = self.mask {
+            if n_entries == 0 {
+                return Err(invalid("a combined additive tensor needs n_entries >= 1"));
+            }
+            if self.seq > BLOCK_M {
+                return Err(invalid(format!(
+                    "a combined additive tensor needs seq <= {BLOCK_M} (got {})",
+                    self.seq
+                )));
+            }
+            if self.has_bias {
+                return Err(invalid(
+                    "a combined additive tensor already holds the bias (has_bias must be false)",
+                ));
+            }
+        }
         let tokens = self.batch as u64 * self.seq as u64;
         if tokens * 3 * self.heads as u64 * self.head_dim as u64 > i64::MAX as u64 / 4
             || self.seq > i32::MAX as usize
             || self.batch > i32::MAX as usize
+            || self.batch as u64 * self.heads as u64 > i32::MAX as u64
         {
             return Err(invalid("attention shape too large"));
         }
@@ -79,22 +120,60 @@ impl AttentionParams {
     }
 
     /// One CTA per (batch, head, 64-query block), query block fastest so the heads of one
-    /// sequence run side by side and share DRAM pages of the interleaved QKV rows.
+    /// sequence run side by side and share DRAM pages of the interleaved QKV rows. For the
+    /// persistent `fmha_fwd_window` this is the upper bound (one CTA per item); the launcher
+    /// caps it at the CTAs the device keeps resident ([`Self::window_grid`]).
     pub fn launch_config(&self) -> Result<LaunchConfig> {
-        LaunchConfig::linear(
+        let mut cfg = LaunchConfig::linear(
             self.batch as u64 * self.heads as u64 * self.n_qblocks() as u64,
             THREADS,
-        )
+        )?;
+        if self.kernel_name() == "fmha_fwd_window" {
+            cfg.shared_bytes = self.window_smem_bytes() as u32;
+        }
+        Ok(cfg)
     }
 
-    /// `fmha_fwd_short` (one key block, bias + mask staged in shared memory) for seq <= 64,
-    /// `fmha_fwd_long` (double-buffered key blocks, online softmax) beyond.
+    /// True when the persistent `fmha_fwd_window` runs this call: seq <= 64 with a combined
+    /// additive tensor or no additive term at all.
+    pub fn uses_window_kernel(&self) -> bool {
+        self.seq <= BLOCK_M
+            && match self.mask {
+                AttentionMask::Combined { .. } => true,
+                AttentionMask::None => !self.has_bias,
+                _ => false,
+            }
+    }
+
+    /// `fmha_fwd_window` (persistent, two cp.async stages) for seq <= 64 with a combined or no
+    /// additive term; `fmha_fwd_short` (one key block, separate bias + mask summed in shared
+    /// memory per CTA) for the other seq <= 64 calls; `fmha_fwd_long` (double-buffered key
+    /// blocks, online softmax) beyond.
     pub fn kernel_name(&self) -> &'static str {
-        if self.seq <= BLOCK_M {
+        if self.uses_window_kernel() {
+            "fmha_fwd_window"
+        } else if self.seq <= BLOCK_M {
             "fmha_fwd_short"
         } else {
             "fmha_fwd_long"
         }
+    }
+
+    /// Dynamic shared memory of `fmha_fwd_window`: two stages of q, k, v (64 rows of
+    /// head_dim + 8) and the additive tile (seq rows of [`add_smem_stride`]).
+    pub fn window_smem_bytes(&self) -> usize {
+        let qkv = 3 * BLOCK_M * (self.head_dim + 8);
+        let add = if matches!(self.mask, AttentionMask::Combined { .. }) {
+            self.seq * add_smem_stride(self.seq)
+        } else {
+            0
+        };
+        2 * (qkv + add) * self.dtype.size_bytes()
+    }
+
+    /// Grid of the persistent `fmha_fwd_window`: one CTA per item, at most `resident` CTAs.
+    pub fn window_grid(&self, resident: u64) -> u64 {
+        (self.batch as u64 * self.heads as u64).min(resident.max(1))
     }
 
     /// `(n_mask, mask_row_stride)` as the kernel reads them.
@@ -103,6 +182,7 @@ impl AttentionParams {
             AttentionMask::None => (1, 0),
             AttentionMask::Windows { n_windows } => (n_windows, self.seq),
             AttentionMask::KeyPadding => (self.batch, 0),
+            AttentionMask::Combined { n_entries } => (n_entries, padded_seq(self.seq)),
         }
     }
 
@@ -118,6 +198,9 @@ impl AttentionParams {
             AttentionMask::None => 0,
             AttentionMask::Windows { n_windows } => n_windows * self.seq * self.seq,
             AttentionMask::KeyPadding => self.batch * self.seq,
+            AttentionMask::Combined { n_entries } => {
+                n_entries * self.heads * self.seq * padded_seq(self.seq)
+            }
         };
         (
             t * 3 * self.heads * self.head_dim,
@@ -171,7 +254,44 @@ pub unsafe fn launch_attention(
         return Err(invalid("mask kind and the mask buffer disagree"));
     }
     let (n_mask, row_stride) = p.mask_args();
-    let cfg = p.launch_config()?;
+    let mut cfg = p.launch_config()?;
+    if p.uses_window_kernel() {
+        let name = p.kernel_name();
+        let resident = gpu.resident_ctas(
+            Source::Fmha,
+            p.dtype,
+            p.head_dim as u32,
+            name,
+            THREADS,
+            cfg.shared_bytes,
+        )?;
+        cfg.grid.0 = p.window_grid(resident) as u32;
+        let args = Args::default()
+            .ptr(bufs.qkv)
+            .ptr(bufs.out)
+            .ptr(bufs.mask.unwrap_or(0))
+            .i32(p.batch as i32)
+            .i32(p.seq as i32)
+            .i32(p.heads as i32)
+            .i32(n_mask as i32)
+            .i32(padded_seq(p.seq) as i32)
+            .i32(add_smem_stride(p.seq) as i32)
+            .f32(p.scale * std::f32::consts::LOG2_E);
+        // SAFETY: the argument list matches fmha_fwd_window's; the kernel strides over the
+        // batch x heads items whatever the grid; the combined tensor holds n_entries x heads x
+        // seq x padded_seq elements (the caller's contract).
+        return unsafe {
+            gpu.launch(
+                Source::Fmha,
+                p.dtype,
+                p.head_dim as u32,
+                name,
+                cfg,
+                stream,
+                args,
+            )
+        };
+    }
     let args = Args::default()
         .ptr(bufs.qkv)
         .ptr(bufs.out)
@@ -198,6 +318,100 @@ pub unsafe fn launch_attention(
             args,
         )
     }
+}
+
+/// Launch `fmha_add_combine`: `add[e, h, r, c] = bias[h, r, c] + mask[e, r, c]` for `c < seq`,
+/// -inf for the padding columns (they mask the padded keys), into a `[n_entries, heads, seq, padded_seq(seq)]` tensor (see
+/// [`AttentionMask::Combined`]). A one-time setup per layer: bias and mask are constants.
+/// `n_entries` is the mask's window count, or 1 without a mask.
+///
+/// # Safety
+/// `bias` (`[heads, seq, seq]`), `mask` (`[n_entries, seq, seq]`) and `out` must be device
+/// allocations of the current context of those extents; `out` 16-byte aligned and not
+/// overlapping the inputs.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn launch_attention_combine(
+    gpu: &Gpu,
+    dtype: DType,
+    seq: usize,
+    heads: usize,
+    n_entries: usize,
+    bias: Option<DevPtr>,
+    mask: Option<DevPtr>,
+    out: DevPtr,
+    stream: RawStream,
+) -> Result<()> {
+    if seq == 0 || heads == 0 || n_entries == 0 {
+        return Err(invalid("combine needs seq, heads and n_entries >= 1"));
+    }
+    if seq > BLOCK_M {
+        return Err(invalid(format!(
+            "a combined additive tensor needs seq <= {BLOCK_M} (got {seq})"
+        )));
+    }
+    if !out.is_multiple_of(16) {
+        return Err(invalid("the combined tensor must be 16-byte aligned"));
+    }
+    if mask.is_none() && n_entries != 1 {
+        return Err(invalid("without a mask n_entries must be 1"));
+    }
+    let total = n_entries as u64 * heads as u64 * seq as u64 * padded_seq(seq) as u64;
+    if total > i32::MAX as u64 {
+        return Err(invalid(
+            "combined additive tensor too large (2^31 elements)",
+        ));
+    }
+    let cfg = LaunchConfig::linear(total.div_ceil(256).min(4096), 256)?;
+    let args = Args::default()
+        .ptr(bias.unwrap_or(0))
+        .ptr(mask.unwrap_or(0))
+        .ptr(out)
+        .i32(seq as i32)
+        .i32(heads as i32)
+        .i32(n_entries as i32)
+        .i32(padded_seq(seq) as i32);
+    // SAFETY: the argument list matches fmha_add_combine's; the grid-stride loop covers exactly
+    // `total` output elements; input extents are the caller's contract.
+    unsafe {
+        gpu.launch(
+            Source::Fmha,
+            dtype,
+            32,
+            "fmha_add_combine",
+            cfg,
+            stream,
+            args,
+        )
+    }
+}
+
+/// CPU reference of [`launch_attention_combine`].
+pub fn combine_reference(
+    seq: usize,
+    heads: usize,
+    n_entries: usize,
+    bias: Option<&[f32]>,
+    mask: Option<&[f32]>,
+) -> Vec<f32> {
+    let np = padded_seq(seq);
+    let mut out = vec![f32::NEG_INFINITY; n_entries * heads * seq * np];
+    for e in 0..n_entries {
+        for h in 0..heads {
+            for r in 0..seq {
+                for c in 0..seq {
+                    let mut v = 0f32;
+                    if let Some(b) = bias {
+                        v += b[(h * seq + r) * seq + c];
+                    }
+                    if let Some(m) = mask {
+                        v += m[(e * seq + r) * seq + c];
+                    }
+                    out[((e * heads + h) * seq + r) * np + c] = v;
+                }
+            }
+        }
+    }
+    out
 }
 
 /// CPU reference in f64: the function the kernel computes, on f32 inputs.
@@ -230,8 +444,13 @@ pub fn attention_reference(
                         v += bias[(head * n + i) * n + j] as f64;
                     }
                     if let Some(mask) = mask {
-                        let entry = if row_stride == 0 { n } else { n * row_stride };
-                        v += mask[(b % n_mask) * entry + i * row_stride + j] as f64;
+                        if let AttentionMask::Combined { .. } = p.mask {
+                            // [n_entries, heads, seq, padded_seq]
+                            v += mask[(((b % n_mask) * h + head) * n + i) * row_stride + j] as f64;
+                        } else {
+                            let entry = if row_stride == 0 { n } else { n * row_stride };
+                            v += mask[(b % n_mask) * entry + i * row_stride + j] as f64;
+                        }
                     }
                     *s = v;
                     max = max.max(v);
@@ -297,8 +516,25 @@ mod tests {
         let bert = params(64, 384, 12, 64);
         assert_eq!(bert.launch_config().unwrap().grid.0, 64 * 12 * 6);
         assert_eq!(params(1, 1, 1, 32).launch_config().unwrap().grid.0, 1);
-        assert_eq!(swin1.kernel_name(), "fmha_fwd_short");
-        assert_eq!(params(2, 64, 1, 32).kernel_name(), "fmha_fwd_short");
+        // no bias, no mask: the persistent window kernel
+        assert_eq!(swin1.kernel_name(), "fmha_fwd_window");
+        assert_eq!(params(2, 64, 1, 32).kernel_name(), "fmha_fwd_window");
+        let mut sep = params(4096, 49, 3, 32);
+        sep.has_bias = true;
+        sep.mask = AttentionMask::Windows { n_windows: 64 };
+        assert_eq!(sep.kernel_name(), "fmha_fwd_short");
+        assert_eq!(sep.launch_config().unwrap().shared_bytes, 0);
+        let mut comb = params(4096, 49, 3, 32);
+        comb.mask = AttentionMask::Combined { n_entries: 64 };
+        assert_eq!(comb.kernel_name(), "fmha_fwd_window");
+        // two stages of (3 x 64 x 40 + 49 x 56) fp16 elements
+        assert_eq!(comb.window_smem_bytes(), 2 * (3 * 64 * 40 + 49 * 56) * 2);
+        assert_eq!(comb.launch_config().unwrap().shared_bytes, 41_696);
+        assert_eq!(comb.window_grid(132 * 5), 660);
+        assert_eq!(params(1, 49, 3, 32).window_grid(660), 3);
+        let mut kpm = params(8, 64, 2, 64);
+        kpm.mask = AttentionMask::KeyPadding;
+        assert_eq!(kpm.kernel_name(), "fmha_fwd_short");
         assert_eq!(params(2, 65, 1, 32).kernel_name(), "fmha_fwd_long");
         assert_eq!(vit.kernel_name(), "fmha_fwd_long");
     }
@@ -313,6 +549,73 @@ mod tests {
         assert!(p.validate().is_err());
         p.mask = AttentionMask::Windows { n_windows: 3 };
         assert!(p.validate().is_ok());
+        p.mask = AttentionMask::Combined { n_entries: 3 };
+        assert!(p.validate().is_ok());
+        p.has_bias = true;
+        assert!(
+            p.validate().is_err(),
+            "the bias is inside the combined tensor"
+        );
+        p.has_bias = false;
+        p.mask = AttentionMask::Combined { n_entries: 0 };
+        assert!(p.validate().is_err());
+        let mut long = params(2, 65, 1, 32);
+        long.mask = AttentionMask::Combined { n_entries: 1 };
+        assert!(long.validate().is_err(), "combined needs seq <= 64");
+    }
+
+    #[test]
+    fn padded_rows_and_conflict_free_strides() {
+        assert_eq!(padded_seq(49), 56);
+        assert_eq!(padded_seq(1), 8);
+        assert_eq!(padded_seq(64), 64);
+        for seq in 1..=64 {
+            let s = add_smem_stride(seq);
+            assert!(s >= padded_seq(seq) && s.is_multiple_of(8), "{seq}");
+            // row stride in 32-bit words is 4 mod 8: rows g = 0..7 of a fragment hit distinct
+            // bank quads
+            assert_eq!((s / 2) % 8, 4, "{seq}");
+        }
+        assert_eq!(add_smem_stride(49), 56);
+        assert_eq!(add_smem_stride(64), 72);
+    }
+
+    #[test]
+    fn combined_tensor_gives_the_same_attention_as_bias_plus_mask() {
+        let (b, n, h, d, nw) = (5, 13, 2, 32, 3);
+        let mut sep = params(b, n, h, d);
+        sep.has_bias = true;
+        sep.mask = AttentionMask::Windows { n_windows: nw };
+        let qkv = noise(sep.sizes().0, 11);
+        let bias = noise(sep.sizes().2, 12);
+        let mask: Vec<f32> = noise(sep.sizes().3, 13)
+            .iter()
+            .map(|v| if *v > 0.4 { -100.0 } else { 0.0 })
+            .collect();
+        let want = attention_reference(&sep, &qkv, Some(&bias), Some(&mask));
+        let add = combine_reference(n, h, nw, Some(&bias), Some(&mask));
+        let mut comb = params(b, n, h, d);
+        comb.mask = AttentionMask::Combined { n_entries: nw };
+        assert_eq!(add.len(), comb.sizes().3);
+        // padding columns are -inf (they mask the padded keys)
+        assert!(add
+            .chunks(padded_seq(n))
+            .all(|r| r[n..].iter().all(|v| *v == f32::NEG_INFINITY)));
+        let got = attention_reference(&comb, &qkv, None, Some(&add));
+        for (x, y) in want.iter().zip(&got) {
+            assert!((x - y).abs() < 1e-5);
+        }
+        // bias only: one entry
+        let add1 = combine_reference(n, h, 1, Some(&bias), None);
+        let mut sep1 = params(b, n, h, d);
+        sep1.has_bias = true;
+        let want1 = attention_reference(&sep1, &qkv, Some(&bias), None);
+        let mut comb1 = params(b, n, h, d);
+        comb1.mask = AttentionMask::Combined { n_entries: 1 };
+        let got1 = attention_reference(&comb1, &qkv, None, Some(&add1));
+        for (x, y) in want1.iter().zip(&got1) {
+            assert!((x - y).abs() < 1e-5);
+        }
     }
 
     #[test]

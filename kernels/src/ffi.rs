@@ -10,7 +10,9 @@ use std::cell::RefCell;
 use std::ffi::{c_char, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use crate::attention::{launch_attention, AttentionBuffers, AttentionMask, AttentionParams};
+use crate::attention::{
+    launch_attention, launch_attention_combine, AttentionBuffers, AttentionMask, AttentionParams,
+};
 use crate::dtype::DType;
 use crate::elementwise::{
     launch_bias_act, launch_bias_residual, launch_pad_copy, Activation, PadCopy,
@@ -148,7 +150,9 @@ pub extern "C" fn fpk_precompile_all() -> i32 {
 }
 
 /// Fused attention; see [`crate::attention`]. `mask_kind`: 0 none, 1 windows
-/// (`[n_mask, seq, seq]`), 2 key padding (`[batch, seq]`). `bias` may be 0.
+/// (`[n_mask, seq, seq]`), 2 key padding (`[batch, seq]`), 3 a combined additive tensor
+/// `[n_mask, heads, seq, padded_seq]` from [`fpk_attention_combine`] (bias must then be 0).
+/// `bias` may be 0.
 ///
 /// # Safety
 /// Pointers must be device allocations of the extents [`AttentionParams::sizes`] gives.
@@ -175,7 +179,10 @@ pub unsafe extern "C" fn fpk_attention(
                 n_windows: usize_arg("n_mask", n_mask)?,
             },
             2 => AttentionMask::KeyPadding,
-            k => return Err(invalid(format!("mask_kind {k} is not 0, 1 or 2"))),
+            3 => AttentionMask::Combined {
+                n_entries: usize_arg("n_mask", n_mask)?,
+            },
+            k => return Err(invalid(format!("mask_kind {k} is not 0, 1, 2 or 3"))),
         };
         let p = AttentionParams {
             dtype: DType::from_code(dtype)?,
@@ -196,6 +203,51 @@ pub unsafe extern "C" fn fpk_attention(
         };
         // SAFETY: extents are the caller's contract, documented above.
         unsafe { launch_attention(Gpu::global()?, &p, &bufs, RawStream(stream)) }
+    })
+}
+
+/// Combine a bias `[heads, seq, seq]` (may be 0) and a window mask `[n_mask, seq, seq]` (may be
+/// 0, then n_mask must be 1) into the `[n_mask, heads, seq, padded_seq]` additive tensor that
+/// `fpk_attention` takes with mask_kind 3. Once per layer (seq <= 64).
+///
+/// # Safety
+/// Pointers must be device allocations of those extents; `out` 16-byte aligned.
+#[no_mangle]
+pub unsafe extern "C" fn fpk_attention_combine(
+    dtype: i32,
+    bias: DevPtr,
+    mask: DevPtr,
+    out: DevPtr,
+    seq: i64,
+    heads: i64,
+    n_mask: i64,
+    stream: *mut c_void,
+) -> i32 {
+    guard(|| {
+        let dtype = DType::from_code(dtype)?;
+        let (seq, heads, n_mask) = (
+            usize_arg("seq", seq)?,
+            usize_arg("heads", heads)?,
+            usize_arg("n_mask", n_mask)?,
+        );
+        let out = ptr_arg("out", out)?;
+        if bias == 0 && mask == 0 {
+            return Err(invalid("combine needs a bias or a mask"));
+        }
+        // SAFETY: extents are the caller's contract, documented above.
+        unsafe {
+            launch_attention_combine(
+                Gpu::global()?,
+                dtype,
+                seq,
+                heads,
+                n_mask,
+                opt_ptr(bias),
+                opt_ptr(mask),
+                out,
+                RawStream(stream),
+            )
+        }
     })
 }
 
@@ -701,6 +753,44 @@ mod tests {
             "{msg}"
         );
         assert_eq!(fpk_init(), FPK_ERR_NO_DRIVER);
+    }
+
+    #[test]
+    fn combine_arguments_are_checked_before_the_gpu() {
+        // SAFETY: these calls fail validation before any pointer is used.
+        unsafe {
+            let r = fpk_attention_combine(0, 16, 16, 0, 49, 3, 64, std::ptr::null_mut());
+            assert_eq!(r, FPK_ERR_INVALID);
+            assert!(
+                last_error().contains("out is a null pointer"),
+                "{}",
+                last_error()
+            );
+            let r = fpk_attention_combine(0, 0, 0, 16, 49, 3, 1, std::ptr::null_mut());
+            assert_eq!(r, FPK_ERR_INVALID);
+            // combined tensor with a separate bias is refused by validation
+            let r = fpk_attention(
+                0,
+                16,
+                16,
+                16,
+                16,
+                1,
+                49,
+                3,
+                32,
+                3,
+                64,
+                0.1,
+                std::ptr::null_mut(),
+            );
+            assert_eq!(r, FPK_ERR_INVALID);
+            assert!(
+                last_error().contains("already holds the bias"),
+                "{}",
+                last_error()
+            );
+        }
     }
 
     #[test]

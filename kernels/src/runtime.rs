@@ -177,6 +177,8 @@ struct State {
     modules: HashMap<ModuleKey, Module>,
     /// compute capability per device ordinal
     archs: HashMap<i32, (i32, i32)>,
+    /// resident CTAs per (context, source, dtype, variant, kernel, block, dynamic smem)
+    resident: HashMap<(ModuleKey, &'static str, u32, u32), u64>,
     /// cuBLASLt state per context (see gemm.rs)
     pub(crate) blas: HashMap<usize, crate::gemm::BlasState>,
 }
@@ -363,6 +365,71 @@ impl Gpu {
         Ok(f)
     }
 
+    /// How many CTAs of `name` (with `block` threads and `shared_bytes` of dynamic shared
+    /// memory) the current device keeps resident at once: SMs x CTAs per SM. Persistent kernels
+    /// size their grid with it.
+    pub(crate) fn resident_ctas(
+        &self,
+        source: Source,
+        dtype: DType,
+        variant: u32,
+        name: &'static str,
+        block: u32,
+        shared_bytes: u32,
+    ) -> Result<u64> {
+        let f = self.function(source, dtype, variant, name)?;
+        let (ctx, dev) = self.current_context()?;
+        let key = (
+            ModuleKey {
+                ctx: ctx as usize,
+                source,
+                dtype,
+                variant,
+            },
+            name,
+            block,
+            shared_bytes,
+        );
+        if let Some(n) = self
+            .state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .resident
+            .get(&key)
+        {
+            return Ok(*n);
+        }
+        let (mut sms, mut per_sm) = (0, 0);
+        // SAFETY: f is a loaded function of the current context; out-pointers are valid.
+        unsafe {
+            set_dynamic_smem(f, shared_bytes)?;
+            check(
+                cu::cuDeviceGetAttribute(
+                    &mut sms,
+                    cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                    dev,
+                ),
+                "cuDeviceGetAttribute",
+            )?;
+            check(
+                cu::cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                    &mut per_sm,
+                    f,
+                    block as i32,
+                    shared_bytes as usize,
+                ),
+                "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+            )?;
+        }
+        let n = (sms.max(1) as u64) * (per_sm.max(1) as u64);
+        self.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .resident
+            .insert(key, n);
+        Ok(n)
+    }
+
     /// Launch `name` from `source` on `stream`.
     ///
     /// # Safety
@@ -380,6 +447,8 @@ impl Gpu {
         mut args: Args,
     ) -> Result<()> {
         let f = self.function(source, dtype, variant, name)?;
+        // SAFETY: f is a loaded function of the current context.
+        unsafe { set_dynamic_smem(f, cfg.shared_bytes)? };
         let mut ptrs = args.pointers();
         // SAFETY: upheld by the caller (argument list and pointer extents); `ptrs` points into
         // `args`, which lives until after the call.
@@ -449,6 +518,27 @@ impl Gpu {
     }
 }
 
+/// Above 48 KiB a kernel must opt in to its dynamic shared memory.
+///
+/// # Safety
+/// `f` must be a loaded function of the current context.
+unsafe fn set_dynamic_smem(f: cu::CUfunction, shared_bytes: u32) -> Result<()> {
+    if shared_bytes > 48 * 1024 {
+        // SAFETY: upheld by the caller.
+        check(
+            unsafe {
+                cu::cuFuncSetAttribute(
+                    f,
+                    cu::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    shared_bytes as i32,
+                )
+            },
+            "cuFuncSetAttribute",
+        )?;
+    }
+    Ok(())
+}
+
 /// Allocate device memory in the current context (used for cuBLASLt's workspace).
 pub(crate) fn alloc(bytes: usize) -> Result<DevPtr> {
     let mut p: cu::CUdeviceptr = 0;
@@ -500,6 +590,8 @@ mod tests {
         let kernels = [
             (Source::Fmha, "fmha_fwd_short"),
             (Source::Fmha, "fmha_fwd_long"),
+            (Source::Fmha, "fmha_fwd_window"),
+            (Source::Fmha, "fmha_add_combine"),
             (Source::Window, "LN_SHIFT_PARTITION(4)"),
             (Source::Window, "WINDOW_REVERSE_RESIDUAL(4)"),
             (Source::Window, "ln_shift_partition_scalar"),

@@ -11,6 +11,8 @@ use crate::error::{invalid, Result};
 use crate::runtime::{Args, DevPtr, Gpu, LaunchConfig, RawStream, Source};
 
 const THREADS: u32 = 256;
+/// Rows per lane group in the vector kernels (`RPT` in `window.cu`).
+pub const ROWS_PER_GROUP: u32 = 2;
 /// Largest number of 16-byte chunks one lane keeps in registers.
 pub const MAX_CHUNKS_PER_LANE: usize = 4;
 
@@ -106,8 +108,13 @@ impl RowLayout {
         }
     }
 
+    /// Rows one CTA covers: each lane group of a vector layout handles [`ROWS_PER_GROUP`] rows
+    /// (their loads all in flight before the first reduction); the scalar layout one row per warp.
     pub fn rows_per_block(self) -> u32 {
-        THREADS / self.lanes_per_row()
+        match self {
+            RowLayout::Vector { .. } => THREADS / self.lanes_per_row() * ROWS_PER_GROUP,
+            RowLayout::Scalar => THREADS / 32,
+        }
     }
 
     pub fn launch_config(self, rows: usize) -> Result<LaunchConfig> {
@@ -421,7 +428,7 @@ mod tests {
         }
         assert_eq!(RowLayout::for_channels(100), RowLayout::Scalar);
         assert_eq!(RowLayout::for_channels(1032), RowLayout::Scalar);
-        assert_eq!(RowLayout::for_channels(96).rows_per_block(), 64);
+        assert_eq!(RowLayout::for_channels(96).rows_per_block(), 128);
         assert_eq!(RowLayout::Scalar.rows_per_block(), 8);
     }
 
@@ -432,7 +439,11 @@ mod tests {
         let cfg = RowLayout::for_channels(96)
             .launch_config(s.partition_rows())
             .unwrap();
-        assert_eq!(cfg.grid.0 as usize * 64, 64 * 3136);
+        assert_eq!(cfg.grid.0 as usize * 128, 64 * 3136);
+        // the kernels' rows per lane group is the launcher's
+        assert!(crate::runtime::Source::Window
+            .text()
+            .contains(&format!("#define RPT {ROWS_PER_GROUP}\n")));
         let odd = RowLayout::Scalar.launch_config(9).unwrap();
         assert_eq!(odd.grid.0, 2);
     }

@@ -5,7 +5,7 @@
 // [tokens, heads*D], so neither the permute before attention nor the transpose after remains.
 //
 // One CTA = 4 warps = one block of 64 query rows of one (batch, head); each warp owns 16 rows.
-// Two entry points:
+// Entry points (plus fmha_fwd_window and fmha_add_combine, described further down):
 //   fmha_fwd_short (N <= 64, Swin windows): one key block; q/k/v land in shared memory through
 //     cp.async (all loads in flight at once, rows past N zero-filled) while the CTA sums bias and
 //     mask into an fp32 tile in shared memory with coalesced loads.
@@ -341,4 +341,235 @@ extern "C" __global__ void __launch_bounds__(NWARPS * 32) fmha_fwd_long(FMHA_PAR
     }
     if (!active) return;
     store_rows(st, Qs, out, b, h, N, H, q0, wrow, g, tq, lane);
+}
+
+// ---- Precombined additive tile + persistent window kernel (round 2) ----
+//
+// fmha_add_combine: add[e, h, r, c] = bias[h, r, c] + mask[e, r, c] for c < N, -inf for N <= c < NP
+//   (NP = N rounded up to 8, so each row is whole 16-byte chunks), rounded once to 16 bits. The -inf
+//   padding masks the padded keys, so the kernel needs no per-element key test. A
+//   one-time setup per model (like weight padding): bias and mask are constants of the layer.
+// fmha_fwd_window (N <= 64): persistent CTAs stride over (batch, head) items; each item's q, k, v
+//   rows and its contiguous additive tile travel by cp.async into one of two shared-memory stages
+//   while the CTA computes the previous item from the other stage, so DRAM always has the next
+//   item's loads in flight. One barrier per item. Rows >= N of K and V are zeroed once and never
+//   written again. Single key block: plain (not online) softmax.
+
+extern "C" __global__ void __launch_bounds__(256)
+fmha_add_combine(const u16* __restrict__ bias, const u16* __restrict__ mask, u16* __restrict__ add, int N,
+                 int H, int n_add, int NP) {
+    // 32-bit index math (host: total < 2^31): 64-bit division is a long software routine
+    const unsigned total = (unsigned)n_add * H * N * NP;
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
+        const unsigned rowi = i / NP;  // (e * H + h) * N + r
+        const unsigned c = i - rowi * NP;
+        const unsigned eh = rowi / N;
+        const unsigned r = rowi - eh * N;
+        const unsigned e = eh / H;
+        const unsigned h = eh - e * H;
+        float v = NEG_INF;
+        if (c < (unsigned)N) {
+            v = 0.f;
+            if (bias != nullptr) v += ldg_f32(bias + (h * N + r) * N + c);
+            if (mask != nullptr) v += ldg_f32(mask + (e * N + r) * N + c);
+        }
+        add[i] = from_f32(v);
+    }
+}
+
+#define WIN_THREADS 128
+#define QKV_STAGE (3 * BLOCK_M * SROW)  // elements of q, k, v in one stage
+
+// Issue the cp.async copies of item (b, h) into one stage: q/k/v rows < N, and the additive tile
+// (N rows of NP elements, contiguous in global memory) into rows of AS elements.
+__device__ __forceinline__ void window_issue(u16* stage, const u16* __restrict__ qkv, const u16* __restrict__ add,
+                                             int b, int h, int N, int H, int n_add, int NP, int AS) {
+    const i64 t0 = (i64)b * N;
+    for (int i = threadIdx.x; i < N * 3 * DCH; i += WIN_THREADS) {
+        const int r = i / (3 * DCH);  // compile-time divisor
+        const int rem = i - r * (3 * DCH);
+        const int which = rem / DCH;
+        const int c = rem - which * DCH;
+        cp_async16(stage + (which * BLOCK_M + r) * SROW + c * 8,
+                   qkv + (((t0 + r) * 3 + which) * H + h) * HEAD_DIM + c * 8, true);
+    }
+    if (add != nullptr) {
+        const int cpr = NP >> 3;  // 16-byte chunks per row
+        const u16* src = add + ((i64)(b % n_add) * H + h) * N * NP;
+        u16* dst = stage + QKV_STAGE;
+        for (int i = threadIdx.x; i < N * cpr; i += WIN_THREADS) {
+            const int r = i / cpr;
+            const int c = i - r * cpr;
+            cp_async16(dst + r * AS + c * 8, src + (i64)i * 8, true);
+        }
+    }
+}
+
+
+__device__ __forceinline__ float ex2_approx(float x) {  // 2^x; ex2.approx.ftz(-inf) = +0
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ void ldmatrix_x4(u32 r[4], u32 addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+// One warp's 16 query rows of one (batch, head) item, all N <= 64 keys in one block. Key tiles
+// j >= NP / 8 hold only padded keys and are skipped. HAS_ADD: the additive tile (-inf in its
+// padded columns) masks padded keys; without it keys >= N are masked explicitly.
+template <bool HAS_ADD>
+__device__ __forceinline__ void window_item(u16 (*Qs)[SROW], const u16 (*Ks)[SROW], const u16 (*Vs)[SROW],
+                                            const u16* At, u16* __restrict__ out, int b, int h, int N, int H,
+                                            int NP, int AS, float scale_log2, int wrow, int g, int tq, int lane) {
+    WarpState st;
+    load_q_frags(st, Qs, wrow, g, tq);
+    const int n_jt = NP >> 3;  // key tiles holding at least one key < N
+    const int mat = lane >> 3;
+    float sc[BLOCK_N / 8][4];
+#pragma unroll
+    for (int j = 0; j < BLOCK_N / 8; ++j) {
+        sc[j][0] = 0.f; sc[j][1] = 0.f; sc[j][2] = 0.f; sc[j][3] = 0.f;
+        if (j < n_jt) {
+#pragma unroll
+            for (int kq = 0; kq < HEAD_DIM / 32; ++kq) {  // one ldmatrix.x4 = B fragments of 2 k-steps
+                u32 kb[4];
+                ldmatrix_x4(kb, smem_addr(&Ks[j * 8 + (lane & 7)][kq * 32 + mat * 8]));
+                mma16816(sc[j], st.qa[2 * kq], kb[0], kb[1]);
+                mma16816(sc[j], st.qa[2 * kq + 1], kb[2], kb[3]);
+            }
+        }
+    }
+    const int r0 = wrow + g;
+    const bool r0_ok = HAS_ADD && r0 < N;
+    const bool r1_ok = HAS_ADD && r0 + 8 < N;
+    float m0 = NEG_INF, m1 = NEG_INF;
+#pragma unroll
+    for (int j = 0; j < BLOCK_N / 8; ++j) {
+        if (j < n_jt) {
+            const int c = j * 8 + 2 * tq;  // < NP: inside the tile's row
+            float x00 = sc[j][0] * scale_log2, x01 = sc[j][1] * scale_log2;
+            float x10 = sc[j][2] * scale_log2, x11 = sc[j][3] * scale_log2;
+            if (HAS_ADD) {
+                if (r0_ok) {
+                    const u32 a = *reinterpret_cast<const u32*>(At + r0 * AS + c);
+                    x00 += lo_f32(a) * LOG2E_F;
+                    x01 += hi_f32(a) * LOG2E_F;
+                }
+                if (r1_ok) {
+                    const u32 a = *reinterpret_cast<const u32*>(At + (r0 + 8) * AS + c);
+                    x10 += lo_f32(a) * LOG2E_F;
+                    x11 += hi_f32(a) * LOG2E_F;
+                }
+            } else {
+                if (c >= N) { x00 = NEG_INF; x10 = NEG_INF; }
+                if (c + 1 >= N) { x01 = NEG_INF; x11 = NEG_INF; }
+            }
+            sc[j][0] = x00; sc[j][1] = x01; sc[j][2] = x10; sc[j][3] = x11;
+            m0 = fmaxf(m0, fmaxf(x00, x01));
+            m1 = fmaxf(m1, fmaxf(x10, x11));
+        }
+    }
+    m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 1));
+    m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 2));
+    m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 1));
+    m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 2));
+    // key 0 < N in every row, so m0 / m1 are finite (an all -inf additive row is the caller's
+    // bug, as in eager)
+    float l0 = 0.f, l1 = 0.f;
+#pragma unroll
+    for (int j = 0; j < BLOCK_N / 8; ++j) {
+        if (j < n_jt) {
+            sc[j][0] = ex2_approx(sc[j][0] - m0);
+            sc[j][1] = ex2_approx(sc[j][1] - m0);
+            sc[j][2] = ex2_approx(sc[j][2] - m1);
+            sc[j][3] = ex2_approx(sc[j][3] - m1);
+            l0 += sc[j][0] + sc[j][1];
+            l1 += sc[j][2] + sc[j][3];
+        } else {
+            sc[j][0] = 0.f; sc[j][1] = 0.f; sc[j][2] = 0.f; sc[j][3] = 0.f;
+        }
+    }
+    st.l0 = l0;
+    st.l1 = l1;
+#pragma unroll
+    for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
+        if (kk * 16 >= N) break;  // all-zero P columns: nothing to add
+        u32 pa[4];
+        pa[0] = pack2(sc[2 * kk][0], sc[2 * kk][1]);
+        pa[1] = pack2(sc[2 * kk][2], sc[2 * kk][3]);
+        pa[2] = pack2(sc[2 * kk + 1][0], sc[2 * kk + 1][1]);
+        pa[3] = pack2(sc[2 * kk + 1][2], sc[2 * kk + 1][3]);
+        const int key = kk * 16 + (mat & 1) * 8 + (lane & 7);
+#pragma unroll
+        for (int dt = 0; dt < HEAD_DIM / 16; ++dt) {
+            u32 vb[4];
+            ldmatrix_x4_trans(vb, smem_addr(&Vs[key][dt * 16 + (mat >> 1) * 8]));
+            mma16816(st.o[2 * dt], pa, vb[0], vb[1]);
+            mma16816(st.o[2 * dt + 1], pa, vb[2], vb[3]);
+        }
+    }
+    store_rows(st, Qs, out, b, h, N, H, 0, wrow, g, tq, lane);
+}
+
+// qkv [B*N, 3, H, D]; out [B*N, H*D]; add [n_add, H, N, NP] or null, item (b, h) using entry
+// b % n_add. AS: shared row stride of the additive tile (NP, or NP + 8 when NP / 2 words would
+// put the 8 row groups of an mma fragment on the same banks). Dynamic shared memory: 2 stages of
+// QKV_STAGE + N * AS elements.
+extern "C" __global__ void __launch_bounds__(WIN_THREADS) fmha_fwd_window(
+    const u16* __restrict__ qkv, u16* __restrict__ out, const u16* __restrict__ add, int B, int N, int H,
+    int n_add, int NP, int AS, float scale_log2) {
+    extern __shared__ __align__(16) u16 smem[];
+    const int stage_elems = QKV_STAGE + (add != nullptr ? N * AS : 0);
+    const int n_items = B * H;  // host: B * H < 2^31
+    const int warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
+    const int g = lane >> 2;
+    const int tq = lane & 3;
+    const int wrow = warp * 16;
+
+    // Zero rows N..63 of q, k, v in both stages once: padded keys score 0 (then -inf), padded
+    // values stay finite, padded queries give finite rows that are never stored.
+    for (int i = threadIdx.x; i < 2 * 3 * (BLOCK_M - N) * DCH; i += WIN_THREADS) {
+        const int per_stage = 3 * (BLOCK_M - N) * DCH;
+        const int s = i / per_stage;
+        const int rem = i - s * per_stage;
+        const int m = rem / ((BLOCK_M - N) * DCH);
+        const int rem2 = rem - m * ((BLOCK_M - N) * DCH);
+        const int r = N + rem2 / DCH;
+        const int c = rem2 % DCH;
+        *reinterpret_cast<uint4*>(smem + s * stage_elems + (m * BLOCK_M + r) * SROW + c * 8) =
+            make_uint4(0u, 0u, 0u, 0u);
+    }
+
+    int item = blockIdx.x;
+    if (item < n_items) window_issue(smem, qkv, add, item / H, item % H, N, H, n_add, NP, AS);
+    cp_async_commit();
+    for (int s = 0; item < n_items; item += gridDim.x, s ^= 1) {
+        cp_async_wait<0>();
+        __syncthreads();  // this stage landed for everyone; everyone is done with the other one
+        const int next = item + gridDim.x;
+        if (next < n_items)
+            window_issue(smem + (s ^ 1) * stage_elems, qkv, add, next / H, next % H, N, H, n_add, NP, AS);
+        cp_async_commit();
+        if (wrow >= N) continue;  // whole warp past N: it only joins the barriers
+
+        u16* st_base = smem + s * stage_elems;
+        u16(*Qs)[SROW] = reinterpret_cast<u16(*)[SROW]>(st_base);
+        const u16(*Ks)[SROW] = reinterpret_cast<const u16(*)[SROW]>(st_base + BLOCK_M * SROW);
+        const u16(*Vs)[SROW] = reinterpret_cast<const u16(*)[SROW]>(st_base + 2 * BLOCK_M * SROW);
+        const u16* At = st_base + QKV_STAGE;
+        const int b = item / H;
+        const int h = item - b * H;
+
+        if (add != nullptr) {
+            window_item<true>(Qs, Ks, Vs, At, out, b, h, N, H, NP, AS, scale_log2, wrow, g, tq, lane);
+        } else {
+            window_item<false>(Qs, Ks, Vs, At, out, b, h, N, H, NP, AS, scale_log2, wrow, g, tq, lane);
+        }
+    }
+    cp_async_wait<0>();  // nothing is left in flight at exit (the last group is empty)
 }

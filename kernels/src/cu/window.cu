@@ -7,8 +7,8 @@
 //                         (j - sw) % W)], and optionally ln_out = LN(y)
 //                         = timm's window_reverse -> crop -> roll(+shift) -> residual add (-> norm2).
 //
-// Rows are spread over groups of `lpr` lanes (a power of two); each lane holds CPL 16-byte chunks
-// of its row in registers, so a row is read once and LayerNorm statistics (fp32, two-pass on the
+// Rows are spread over groups of `lpr` lanes (a power of two), RPT rows per group; each lane holds
+// CPL 16-byte chunks of each of its rows in registers, so a row is read once and LayerNorm statistics (fp32, two-pass on the
 // registers) need no second read. The `_scalar` versions take any C (one warp per row, elements
 // re-read from global memory) and exist for shapes whose C is not a multiple of 8.
 
@@ -67,60 +67,74 @@ __device__ __forceinline__ void layer_norm_chunks(float v[CPL][8], int sub, int 
     }
 }
 
+// Each lane group handles RPT rows of its block: row k of group q is block row k * rpb + q, so
+// each k is a contiguous run of rows across the block. All RPT rows' loads are issued (kept as
+// raw 16-byte vectors) before the first reduction, so a lane has RPT * CPL (x2 for the reverse)
+// 16-byte loads in flight.
+#define RPT 2
+
+// Source row of partition row `orow` (-1 where the padded window grid falls outside the image).
+__device__ __forceinline__ i64 partition_source_row(unsigned orow32, int H, int W, int ws, int shift_h,
+                                                    int shift_w, int nWh, int nWw) {
+    const unsigned wsz = ws * ws;
+    const unsigned win = orow32 / wsz;
+    const int p = (int)(orow32 - win * wsz);
+    const unsigned wrow_ = win / nWw;
+    const int ww = (int)(win - wrow_ * nWw);
+    const unsigned b = wrow_ / nWh;
+    const int wh = (int)(wrow_ - b * nWh);
+    const int pi = p / ws;
+    const int hh = wh * ws + pi;
+    const int wp = ww * ws + (p - pi * ws);
+    if (hh >= H || wp >= W) return -1;
+    int sh = hh + shift_h;
+    if (sh >= H) sh -= H;
+    int sw = wp + shift_w;
+    if (sw >= W) sw -= W;
+    return ((i64)b * H + sh) * W + sw;
+}
+
 template <int CPL>
 __device__ __forceinline__ void ln_shift_partition_impl(
     const u16* __restrict__ x, const u16* __restrict__ gamma, const u16* __restrict__ beta,
     u16* __restrict__ out, int H, int W, int C, int ws, int shift_h, int shift_w, int nWh, int nWw,
     int lpr, float eps, i64 total_rows) {
-    const unsigned rows_per_block = blockDim.x / lpr;
+    const unsigned rpb = blockDim.x / lpr;  // rows per block and k
     // 32-bit index math (the host checks rows < 2^31): 64-bit division is a long software routine.
-    const unsigned orow32 = blockIdx.x * rows_per_block + threadIdx.x / lpr;
-    const i64 orow = orow32;
+    const unsigned row0 = blockIdx.x * rpb * RPT + threadIdx.x / lpr;
     const int sub = threadIdx.x % lpr;
     const int nch = C / 8;
-    const bool in_range = orow < total_rows;
-    bool src_valid = false;
-    i64 srow = 0;
-    if (in_range) {
-        const unsigned wsz = ws * ws;
-        const unsigned win = orow32 / wsz;
-        const int p = (int)(orow32 - win * wsz);
-        const unsigned wrow_ = win / nWw;
-        const int ww = (int)(win - wrow_ * nWw);
-        const unsigned b = wrow_ / nWh;
-        const int wh = (int)(wrow_ - b * nWh);
-        const int pi = p / ws;
-        const int hh = wh * ws + pi;
-        const int wp = ww * ws + (p - pi * ws);
-        if (hh < H && wp < W) {
-            src_valid = true;
-            int sh = hh + shift_h;
-            if (sh >= H) sh -= H;
-            int sw = wp + shift_w;
-            if (sw >= W) sw -= W;
-            srow = ((i64)b * H + sh) * W + sw;
+    i64 srow[RPT];
+    uint4 raw[RPT][CPL];
+#pragma unroll
+    for (int k = 0; k < RPT; ++k) {
+        const unsigned orow32 = row0 + k * rpb;
+        srow[k] = (i64)orow32 < total_rows
+                      ? partition_source_row(orow32, H, W, ws, shift_h, shift_w, nWh, nWw)
+                      : -1;
+#pragma unroll
+        for (int j = 0; j < CPL; ++j) {
+            const int c = sub + j * lpr;
+            raw[k][j] = (srow[k] >= 0 && c < nch) ? ldg16(x + srow[k] * C + c * 8) : make_uint4(0u, 0u, 0u, 0u);
         }
     }
-    float v[CPL][8];
 #pragma unroll
-    for (int k = 0; k < CPL; ++k) {
-        const int c = sub + k * lpr;
-        if (src_valid && c < nch) {
-            unpack8(ldg16(x + srow * C + c * 8), v[k]);
-        } else {
+    for (int k = 0; k < RPT; ++k) {
+        const i64 orow = row0 + k * rpb;
+        float v[CPL][8];
 #pragma unroll
-            for (int e = 0; e < 8; ++e) v[k][e] = 0.f;
-        }
-    }
-    layer_norm_chunks<CPL>(v, sub, lpr, nch, C, eps, gamma, beta);
-    if (!in_range) return;
+        for (int j = 0; j < CPL; ++j) unpack8(raw[k][j], v[j]);
+        layer_norm_chunks<CPL>(v, sub, lpr, nch, C, eps, gamma, beta);  // every lane: it shuffles
+        if (orow < total_rows) {
 #pragma unroll
-    for (int k = 0; k < CPL; ++k) {
-        const int c = sub + k * lpr;
-        if (c < nch) {
-            uint4 w = make_uint4(0u, 0u, 0u, 0u);  // zero padding outside the image
-            if (src_valid) w = pack8(v[k]);
-            stg16(out + orow * C + c * 8, w);
+            for (int j = 0; j < CPL; ++j) {
+                const int c = sub + j * lpr;
+                if (c < nch) {
+                    uint4 w = make_uint4(0u, 0u, 0u, 0u);  // zero padding outside the image
+                    if (srow[k] >= 0) w = pack8(v[j]);
+                    stg16(out + orow * C + c * 8, w);
+                }
+            }
         }
     }
 }
@@ -131,50 +145,67 @@ __device__ __forceinline__ void window_reverse_residual_impl(
     const u16* __restrict__ gamma, const u16* __restrict__ beta, u16* __restrict__ ln_out, int H,
     int W, int C, int ws, int shift_h, int shift_w, int nWh, int nWw, int lpr, float eps,
     i64 total_rows) {
-    const unsigned rows_per_block = blockDim.x / lpr;
-    const unsigned orow32 = blockIdx.x * rows_per_block + threadIdx.x / lpr;  // host: rows < 2^31
-    const i64 orow = orow32;
+    const unsigned rpb = blockDim.x / lpr;
+    const unsigned row0 = blockIdx.x * rpb * RPT + threadIdx.x / lpr;  // host: rows < 2^31
     const int sub = threadIdx.x % lpr;
     const int nch = C / 8;
-    const bool in_range = orow < total_rows;
-    i64 wrow = 0;
-    if (in_range) {
-        const unsigned hw = (unsigned)H * W;
-        const unsigned b = orow32 / hw;
-        const int rem = (int)(orow32 - b * hw);
-        const int i0 = rem / W;
-        int i = i0 - shift_h;
-        if (i < 0) i += H;
-        int j = rem - i0 * W - shift_w;
-        if (j < 0) j += W;
-        const int wi = i / ws, wj = j / ws;
-        wrow = (((i64)b * nWh + wi) * nWw + wj) * (ws * ws) + (i - wi * ws) * ws + (j - wj * ws);
-    }
-    float v[CPL][8];
+    uint4 rw[RPT][CPL], rs[RPT][CPL];
 #pragma unroll
-    for (int k = 0; k < CPL; ++k) {
-        const int c = sub + k * lpr;
-        if (in_range && c < nch) {
-            float a[8];
-            unpack8(ldg16(win + wrow * C + c * 8), v[k]);
-            unpack8(ldg16(shortcut + orow * C + c * 8), a);
+    for (int k = 0; k < RPT; ++k) {
+        const unsigned orow32 = row0 + k * rpb;
+        const bool in_range = (i64)orow32 < total_rows;
+        i64 wrow = 0;
+        if (in_range) {
+            const unsigned hw = (unsigned)H * W;
+            const unsigned b = orow32 / hw;
+            const int rem = (int)(orow32 - b * hw);
+            const int i0 = rem / W;
+            int i = i0 - shift_h;
+            if (i < 0) i += H;
+            int j = rem - i0 * W - shift_w;
+            if (j < 0) j += W;
+            const int wi = i / ws, wj = j / ws;
+            wrow = (((i64)b * nWh + wi) * nWw + wj) * (ws * ws) + (i - wi * ws) * ws + (j - wj * ws);
+        }
 #pragma unroll
-            for (int e = 0; e < 8; ++e) v[k][e] += a[e];
-            const uint4 y = pack8(v[k]);
-            stg16(out + orow * C + c * 8, y);
-            unpack8(y, v[k]);  // LayerNorm sees the stored (rounded) values, as PyTorch's would
-        } else {
-#pragma unroll
-            for (int e = 0; e < 8; ++e) v[k][e] = 0.f;
+        for (int j = 0; j < CPL; ++j) {
+            const int c = sub + j * lpr;
+            if (in_range && c < nch) {
+                rw[k][j] = ldg16(win + wrow * C + c * 8);
+                rs[k][j] = ldg16(shortcut + (i64)orow32 * C + c * 8);
+            } else {
+                rw[k][j] = make_uint4(0u, 0u, 0u, 0u);
+                rs[k][j] = make_uint4(0u, 0u, 0u, 0u);
+            }
         }
     }
-    if (ln_out == nullptr) return;  // uniform over the grid
-    layer_norm_chunks<CPL>(v, sub, lpr, nch, C, eps, gamma, beta);
-    if (!in_range) return;
 #pragma unroll
-    for (int k = 0; k < CPL; ++k) {
-        const int c = sub + k * lpr;
-        if (c < nch) stg16(ln_out + orow * C + c * 8, pack8(v[k]));
+    for (int k = 0; k < RPT; ++k) {
+        const i64 orow = row0 + k * rpb;
+        const bool in_range = orow < total_rows;
+        float v[CPL][8];
+#pragma unroll
+        for (int j = 0; j < CPL; ++j) {
+            const int c = sub + j * lpr;
+            float a[8];
+            unpack8(rw[k][j], v[j]);
+            unpack8(rs[k][j], a);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) v[j][e] += a[e];
+            const uint4 y = pack8(v[j]);
+            if (in_range && c < nch) stg16(out + orow * C + c * 8, y);
+            unpack8(y, v[j]);  // LayerNorm sees the stored (rounded) values, as PyTorch's would
+        }
+        if (ln_out != nullptr) {  // uniform over the grid
+            layer_norm_chunks<CPL>(v, sub, lpr, nch, C, eps, gamma, beta);
+            if (in_range) {
+#pragma unroll
+                for (int j = 0; j < CPL; ++j) {
+                    const int c = sub + j * lpr;
+                    if (c < nch) stg16(ln_out + orow * C + c * 8, pack8(v[j]));
+                }
+            }
+        }
     }
 }
 
