@@ -9,6 +9,7 @@ use std::ffi::OsString;
 
 use fuseprof_collector::collect::{self, Capture, CollectConfig, PytorchMode};
 use fuseprof_collector::import::{self, Format, ImportOptions};
+use fuseprof_analyzer::{Analysis, AnalyzeConfig, GroupBy};
 use fuseprof_store::Store;
 
 #[derive(Parser, Debug)]
@@ -21,6 +22,8 @@ use fuseprof_store::Store;
       fuseprof import trace.json.gz -o run.sqlite     # PyTorch profiler trace\n  \
       fuseprof import report.sqlite -o run.sqlite     # nsys export --type sqlite\n  \
       fuseprof info run.sqlite\n  \
+      fuseprof analyze run.sqlite --by shape          # hotspots, headroom, steps\n  \
+      fuseprof diff before.sqlite after.sqlite\n  \
       fuseprof export run.sqlite -o trace.json        # open in ui.perfetto.dev"
 )]
 struct Cli {
@@ -93,6 +96,44 @@ enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Break a run into operators and modules, attribute every kernel to the op that launched
+    /// it, classify kernels, find the repeating step, and rank hotspots with their headroom.
+    #[command(after_help = "Examples:\n  \
+        fuseprof analyze run.sqlite\n  \
+        fuseprof analyze run.sqlite --by shape --top 30\n  \
+        fuseprof analyze run.sqlite --step 2\n  \
+        fuseprof analyze run.sqlite --json > analysis.json   # fields: analyzer/JSON.md")]
+    Analyze {
+        /// The run file to read.
+        run: PathBuf,
+        /// The table to lead with: op, shape, module, kernel or class.
+        #[arg(long, default_value = "op", value_parser = parse_group_by)]
+        by: GroupBy,
+        /// Rows per table in the text output (the JSON holds every row).
+        #[arg(long, default_value_t = 15)]
+        top: usize,
+        /// Restrict every table to one step (numbered from 0, as in the steps table).
+        #[arg(long)]
+        step: Option<usize>,
+        /// Print the whole analysis as JSON instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Compare two runs (or two `analyze --json` documents): per op, shape and kernel, what
+    /// was added, removed, got faster or slower, and the total change per step.
+    #[command(after_help = "Example:\n  fuseprof diff before.sqlite after.sqlite --top 20")]
+    Diff {
+        /// The baseline: a run file or an analysis JSON document.
+        before: PathBuf,
+        /// The run to compare with it.
+        after: PathBuf,
+        /// Rows per table in the text output.
+        #[arg(long, default_value_t = 15)]
+        top: usize,
+        /// Print the diff as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show what a run holds: source, devices, counts, time span.
     #[command(after_help = "Example:\n  fuseprof info run.sqlite --json")]
     Info {
@@ -102,6 +143,26 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+fn parse_group_by(s: &str) -> Result<GroupBy, String> {
+    GroupBy::parse(s).ok_or_else(|| format!("{s:?}: expected op, shape, module, kernel or class"))
+}
+
+/// A run file, or a JSON document that `analyze --json` wrote.
+fn load_analysis(path: &std::path::Path) -> Result<Analysis> {
+    let mut head = [0u8; 1];
+    let is_json = std::fs::File::open(path)
+        .and_then(|mut f| std::io::Read::read(&mut f, &mut head))
+        .map(|n| n == 1 && head[0] == b'{')
+        .with_context(|| format!("{}: cannot read", path.display()))?;
+    if is_json {
+        let text = std::fs::read(path)?;
+        return serde_json::from_slice(&text).with_context(|| {
+            format!("{}: not an analysis document from `fuseprof analyze --json`", path.display())
+        });
+    }
+    Ok(fuseprof_analyzer::analyze_file(path, &AnalyzeConfig::default())?)
 }
 
 fn parse_pytorch(s: &str) -> Result<PytorchMode, String> {
@@ -222,6 +283,34 @@ fn run(command: Command) -> Result<ExitCode> {
                 s.flows,
                 output.display()
             );
+        }
+        Command::Analyze {
+            run,
+            by,
+            top,
+            step,
+            json,
+        } => {
+            let cfg = AnalyzeConfig { by, top, step };
+            let analysis = fuseprof_analyzer::analyze_file(&run, &cfg)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&analysis)?);
+            } else {
+                print!("{}", fuseprof_analyzer::render_text(&analysis, &cfg));
+            }
+        }
+        Command::Diff {
+            before,
+            after,
+            top,
+            json,
+        } => {
+            let d = fuseprof_analyzer::diff(&load_analysis(&before)?, &load_analysis(&after)?);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&d)?);
+            } else {
+                print!("{}", fuseprof_analyzer::render_diff_text(&d, top));
+            }
         }
         Command::Info { run, json } => {
             let mut store = Store::open(&run)?;

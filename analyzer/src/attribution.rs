@@ -1,0 +1,340 @@
+//! Attribution: every kernel, memcpy and memset belongs to the innermost range open on the
+//! thread that launched it. The launching API call is found by (pid, correlation id); where the
+//! trace lacks it (sampled Kineto traces), Kineto's External id names the op instead. CUDA-graph
+//! kernels share the correlation id of their `cudaGraphLaunch`, so they land on the op that
+//! launched the graph, and count as one launch.
+
+use std::collections::HashMap;
+
+use fuseprof_store::{Kernel, Memop, MemopKind, Store};
+
+use crate::classify::{Class, LaunchShape, Rules};
+use crate::ops::{parse_range_name, step_family, Names, Tree, NONE};
+use crate::Result;
+
+pub(crate) const KIND_KERNEL: u8 = 0;
+pub(crate) const KIND_MEMCPY: u8 = 1;
+pub(crate) const KIND_MEMSET: u8 = 2;
+pub(crate) const FLAG_GRAPH: u8 = 4;
+/// The first GPU record of its launch call (so launches are counted once).
+pub(crate) const FLAG_NEW_LAUNCH: u8 = 8;
+/// No launch record was found for it.
+pub(crate) const FLAG_NO_LAUNCH: u8 = 16;
+
+/// One kernel, copy or fill, kept small.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Item {
+    pub start_ns: i64,
+    /// When the host launched it (the API call's start), or `start_ns` where unknown.
+    pub launch_ns: i64,
+    pub dur_ns: i64,
+    /// The innermost range that launched it, or NONE.
+    pub owner: u32,
+    /// Kernel name, or a synthetic name such as `Memcpy HtoD`.
+    pub name: u32,
+    pub device: u16,
+    pub class: Class,
+    pub flags: u8,
+}
+
+impl Item {
+    pub fn kind(&self) -> u8 {
+        self.flags & 3
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Launch {
+    correlation_id: i64,
+    start_ns: i64,
+    thread: u32,
+}
+
+pub(crate) struct Attributed {
+    pub items: Vec<Item>,
+    pub devices: Vec<i64>,
+    pub no_launch_record: u64,
+    pub outside_ranges: u64,
+    pub by_external_id: u64,
+    pub reversed: u64,
+    pub launches: u64,
+}
+
+struct Joiner<'a> {
+    tree: &'a Tree,
+    launches: Vec<Launch>,
+    used: Vec<u64>,
+    thread_pid: Vec<i64>,
+    devices: Vec<i64>,
+    device_index: HashMap<i64, u16>,
+    out: Attributed,
+    /// Items without a launch record but with an External id: (item, pid, external id).
+    pending: Vec<(u32, Option<i64>, i64)>,
+    /// Where the previous searches ended (records come nearly in launch order).
+    launch_hint: usize,
+    range_hints: Vec<usize>,
+}
+
+impl Joiner<'_> {
+    fn device(&mut self, id: i64) -> u16 {
+        let next = self.devices.len() as u16;
+        let d = *self.device_index.entry(id).or_insert(next);
+        if d == next {
+            self.devices.push(id);
+        }
+        d
+    }
+
+    /// The launch call for (pid, correlation id): with a pid, the one of that process; without,
+    /// only when the correlation id is unambiguous.
+    fn find_launch(&mut self, pid: Option<i64>, corr: i64) -> Option<usize> {
+        let lo = crate::ops::gallop(&self.launches, self.launch_hint, |l| {
+            l.correlation_id < corr
+        });
+        self.launch_hint = lo;
+        let mut found = None;
+        for (i, l) in self.launches[lo..].iter().enumerate() {
+            if l.correlation_id != corr {
+                break;
+            }
+            match pid {
+                Some(p) if self.thread_pid[l.thread as usize] == p => return Some(lo + i),
+                Some(_) => {}
+                None if found.is_some() => return None,
+                None => found = Some(lo + i),
+            }
+        }
+        found
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn push(
+        &mut self,
+        start_ns: i64,
+        end_ns: i64,
+        device: i64,
+        pid: Option<i64>,
+        corr: Option<i64>,
+        ext: Option<i64>,
+        name: u32,
+        class: Class,
+        mut flags: u8,
+    ) {
+        let dur_ns = if end_ns < start_ns {
+            self.out.reversed += 1;
+            0
+        } else {
+            end_ns - start_ns
+        };
+        let device = self.device(device);
+        let mut owner = NONE;
+        let mut launch_ns = start_ns;
+        match corr.and_then(|c| self.find_launch(pid, c)) {
+            Some(li) => {
+                let l = self.launches[li];
+                launch_ns = l.start_ns;
+                let (word, bit) = (li / 64, 1u64 << (li % 64));
+                if self.used[word] & bit == 0 {
+                    self.used[word] |= bit;
+                    flags |= FLAG_NEW_LAUNCH;
+                    self.out.launches += 1;
+                }
+                let hint = &mut self.range_hints[l.thread as usize];
+                match self.tree.innermost(l.thread, l.start_ns, hint) {
+                    Some(r) => owner = r,
+                    None => self.out.outside_ranges += 1,
+                }
+            }
+            None => {
+                flags |= FLAG_NO_LAUNCH;
+                match ext {
+                    Some(e) => self.pending.push((self.out.items.len() as u32, pid, e)),
+                    None => self.out.no_launch_record += 1,
+                }
+            }
+        }
+        self.out.items.push(Item {
+            start_ns,
+            launch_ns,
+            dur_ns,
+            owner,
+            name,
+            device,
+            class,
+            flags,
+        });
+    }
+}
+
+/// Reads launches, kernels and memops and attributes each GPU record to its range.
+pub(crate) fn attribute(
+    store: &mut Store,
+    tree: &mut Tree,
+    names: &mut Names,
+    rules: &Rules,
+) -> Result<Attributed> {
+    let mut launches = Vec::new();
+    let mut last: Option<((i64, i64), u32)> = None;
+    store.for_each_api_call(|a| {
+        if let Some(c) = a.correlation_id {
+            // A thread without ranges still launches; its work is then outside any range.
+            let thread = match last {
+                Some((key, t)) if key == (a.pid, a.tid) => t,
+                _ => {
+                    let t = tree.add_thread(a.pid, a.tid);
+                    last = Some(((a.pid, a.tid), t));
+                    t
+                }
+            };
+            launches.push(Launch {
+                correlation_id: c,
+                start_ns: a.start_ns,
+                thread,
+            });
+        }
+    })?;
+    let tree: &Tree = tree;
+    let thread_pid: Vec<i64> = tree.threads.iter().map(|t| t.0).collect();
+    // Runtimes hand out correlation ids in call order, so this is usually sorted already.
+    if !launches.is_sorted_by_key(|l| (l.correlation_id, l.thread)) {
+        launches.sort_unstable_by_key(|l| (l.correlation_id, l.thread));
+    }
+    let used = vec![0u64; launches.len().div_ceil(64)];
+    let mut j = Joiner {
+        tree,
+        launches,
+        used,
+        thread_pid,
+        devices: Vec::new(),
+        device_index: HashMap::new(),
+        out: Attributed {
+            items: Vec::new(),
+            devices: Vec::new(),
+            no_launch_record: 0,
+            outside_ranges: 0,
+            by_external_id: 0,
+            reversed: 0,
+            launches: 0,
+        },
+        pending: Vec::new(),
+        launch_hint: 0,
+        range_hints: vec![0; tree.threads.len()],
+    };
+    let mut class_of: HashMap<u32, Class> = HashMap::new();
+    let shape_rules = rules.uses_shape();
+    store.for_each_kernel(|k: Kernel| {
+        let name = k.name.0 as u32;
+        let class = if shape_rules {
+            let shape = LaunchShape {
+                grid: k.grid,
+                block: k.block,
+                smem_bytes: match (k.static_smem_bytes, k.dynamic_smem_bytes) {
+                    (None, None) => None,
+                    (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+                },
+            };
+            rules.classify(names.get(name), &shape)
+        } else {
+            *class_of
+                .entry(name)
+                .or_insert_with(|| rules.classify(names.get(name), &LaunchShape::default()))
+        };
+        let flags = KIND_KERNEL | if k.graph_id.is_some() { FLAG_GRAPH } else { 0 };
+        j.push(
+            k.start_ns,
+            k.end_ns,
+            k.device_id,
+            k.pid,
+            k.correlation_id,
+            k.external_id,
+            name,
+            class,
+            flags,
+        );
+    })?;
+    let mut memop_names: HashMap<String, u32> = HashMap::new();
+    let mut memops = Vec::new();
+    store.for_each_memop(|m: Memop| memops.push(m))?;
+    for m in memops {
+        let (label, class, kind) = match m.kind {
+            MemopKind::Memcpy => (
+                format!("Memcpy {}", m.copy_kind.map_or("Unknown", |c| c.as_str())),
+                Class::Memcpy,
+                KIND_MEMCPY,
+            ),
+            MemopKind::Memset => ("Memset".to_string(), Class::Memset, KIND_MEMSET),
+        };
+        let name = match memop_names.get(&label) {
+            Some(&n) => n,
+            None => {
+                let n = names.intern(&label, None);
+                memop_names.insert(label, n);
+                n
+            }
+        };
+        j.push(
+            m.start_ns,
+            m.end_ns,
+            m.device_id,
+            m.pid,
+            m.correlation_id,
+            m.external_id,
+            name,
+            class,
+            kind,
+        );
+    }
+    if !j.pending.is_empty() {
+        resolve_external_ids(store, tree, names, &mut j)?;
+    }
+    j.out.devices = std::mem::take(&mut j.devices);
+    Ok(j.out)
+}
+
+/// Second chance for records without a launch call: the range carrying the same Kineto
+/// External id. Only runs when such records exist, so the common case keeps no id table.
+fn resolve_external_ids(
+    store: &mut Store,
+    tree: &Tree,
+    names: &Names,
+    j: &mut Joiner<'_>,
+) -> Result<()> {
+    let mut wanted: HashMap<i64, Vec<(u32, Option<i64>)>> = HashMap::new();
+    for &(item, pid, ext) in &j.pending {
+        wanted.entry(ext).or_default().push((item, pid));
+    }
+    let pending = j.pending.len() as u64;
+    let mut resolved = 0u64;
+    let items = &mut j.out.items;
+    store.for_each_range(|r| {
+        let Some(ext) = r.external_id else { return };
+        let Some(list) = wanted.get_mut(&ext) else {
+            return;
+        };
+        let Some(&thread) = tree.thread_index.get(&(r.pid, r.tid)) else {
+            return;
+        };
+        let raw = names.get(r.name.0 as u32);
+        let parsed = parse_range_name(raw).name;
+        let family = step_family(parsed);
+        let Some(range) = tree.find(thread, r.start_ns, |n| {
+            let text = names.get(n);
+            text == parsed || family.as_deref() == Some(text)
+        }) else {
+            return;
+        };
+        list.retain(|&(item, pid)| {
+            if pid.is_some_and(|p| p != r.pid) {
+                return true;
+            }
+            let it = &mut items[item as usize];
+            it.owner = range;
+            it.launch_ns = r.start_ns;
+            resolved += 1;
+            false
+        });
+    })?;
+    j.out.by_external_id = resolved;
+    j.out.no_launch_record += pending - resolved;
+    Ok(())
+}

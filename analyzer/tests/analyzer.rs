@@ -1,0 +1,907 @@
+//! The analyzer on real traces (fixtures/, and the collector's recordings when present) and on
+//! small hand-made edge cases: snapshots of what users see, invariants on every fixture.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+use fuseprof_analyzer::{
+    analyze, diff, render_diff_text, render_text, Analysis, AnalyzeConfig, Class, Error, GroupBy,
+    Rules,
+};
+use fuseprof_store::{
+    Api, ApiCall, CreateOptions, Kernel, Memop, MemopKind, Range, RangeKind, RunInfo, Store, Writer,
+};
+
+/// Imported stores, made once per test process.
+fn store_for(rel: &str) -> PathBuf {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    static DONE: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
+    let dir = DIR.get_or_init(|| tempfile::tempdir().unwrap());
+    let mut done = DONE.get_or_init(Default::default).lock().unwrap();
+    if let Some(p) = done.get(rel) {
+        return p.clone();
+    }
+    let input = fuseprof_fixtures::path(rel);
+    let out = if rel.ends_with(".sqlite.gz") {
+        // The collector's own recordings: a store, compressed for the repository.
+        let out = dir.path().join(format!("{}.sqlite", stem(rel)));
+        let mut gz = flate2::read::GzDecoder::new(std::fs::File::open(&input).unwrap());
+        let mut f = std::fs::File::create(&out).unwrap();
+        std::io::copy(&mut gz, &mut f).unwrap();
+        out
+    } else if rel.ends_with(".sqlite") && Store::open(&input).is_ok() {
+        input
+    } else {
+        let out = dir.path().join(format!("{}.sqlite", stem(rel)));
+        fuseprof_collector::import::import(
+            &input,
+            &out,
+            &fuseprof_collector::import::ImportOptions::default(),
+        )
+        .unwrap_or_else(|e| panic!("importing {rel}: {e}"));
+        out
+    };
+    done.insert(rel.to_string(), out.clone());
+    out
+}
+
+fn stem(rel: &str) -> String {
+    let name = Path::new(rel)
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .to_string();
+    name.split('.').next().unwrap().to_string()
+}
+
+/// Runs under fixtures/recordings: the collector's stores (`.sqlite`, `.sqlite.gz`) and
+/// PyTorch-profiler traces (`.json`, `.json.gz`); manifests and key_averages files are not runs.
+fn recordings() -> Vec<String> {
+    let dir = fuseprof_fixtures::path("recordings");
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(&dir) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        let is_run = [".sqlite", ".sqlite.gz", ".json", ".json.gz"]
+            .iter()
+            .any(|ext| name.ends_with(ext));
+        let is_side_file = ["key_averages", "manifest", "expected"]
+            .iter()
+            .any(|w| name.contains(w));
+        if is_run && !is_side_file {
+            out.push(format!("recordings/{name}"));
+        }
+    }
+    out.sort();
+    out
+}
+
+fn all_fixtures() -> Vec<String> {
+    let mut v: Vec<String> = fuseprof_fixtures::KINETO
+        .iter()
+        .chain(fuseprof_fixtures::NSYS)
+        .map(|s| s.to_string())
+        .collect();
+    v.extend(recordings());
+    v
+}
+
+fn run(rel: &str, cfg: &AnalyzeConfig) -> Analysis {
+    let mut store = Store::open(&store_for(rel)).unwrap();
+    analyze(&mut store, cfg).unwrap_or_else(|e| panic!("analyzing {rel}: {e}"))
+}
+
+/// The invariants every analysis must keep.
+fn check_invariants(rel: &str, a: &Analysis, store_kernel_ns: Option<i64>) {
+    let t = &a.totals;
+    assert_eq!(
+        t.attributed_ns + t.unattributed_ns,
+        t.gpu_ns,
+        "{rel}: attributed + unattributed"
+    );
+    assert_eq!(
+        t.kernel_ns + t.memcpy_ns + t.memset_ns,
+        t.gpu_ns,
+        "{rel}: kinds"
+    );
+    if let Some(k) = store_kernel_ns {
+        assert_eq!(t.kernel_ns, k, "{rel}: kernel time = the store's");
+    }
+    assert_eq!(a.unattributed.ns, t.unattributed_ns, "{rel}");
+    assert_eq!(
+        a.unattributed.no_launch_record + a.unattributed.outside_ranges,
+        a.unattributed.records,
+        "{rel}"
+    );
+    let sum = |v: Vec<i64>| v.into_iter().sum::<i64>();
+    assert_eq!(
+        sum(a.by_class.iter().map(|r| r.total_ns).collect()),
+        t.gpu_ns,
+        "{rel}: classes"
+    );
+    assert_eq!(
+        sum(a.by_kernel.iter().map(|r| r.total_ns).collect()),
+        t.gpu_ns,
+        "{rel}: kernels"
+    );
+    assert_eq!(
+        sum(a.by_op.iter().map(|r| r.self_ns).collect()),
+        t.gpu_ns,
+        "{rel}: ops"
+    );
+    assert_eq!(
+        sum(a.by_shape.iter().map(|r| r.self_ns).collect()),
+        t.gpu_ns,
+        "{rel}: shapes"
+    );
+    assert_eq!(
+        sum(a.by_module.iter().map(|r| r.self_ns).collect()),
+        t.gpu_ns,
+        "{rel}: modules"
+    );
+    let outside = a
+        .by_op
+        .iter()
+        .find(|r| r.role.is_none())
+        .map_or(0, |r| r.self_ns);
+    assert_eq!(
+        outside, t.unattributed_ns,
+        "{rel}: unattributed reported as a row"
+    );
+    let records: u64 = a.by_class.iter().map(|r| r.count).sum();
+    assert_eq!(records, t.kernels + t.memcpys + t.memsets, "{rel}");
+    for r in &a.by_op {
+        assert!(
+            r.self_ns >= 0 && r.total_ns >= r.self_ns,
+            "{rel}: op {} self/total",
+            r.name
+        );
+        assert!(r.gap_before_ns >= 0, "{rel}");
+    }
+    for r in &a.by_kernel {
+        assert!(
+            r.min_ns >= 0 && r.min_ns <= r.max_ns,
+            "{rel}: kernel {}",
+            r.name
+        );
+    }
+    for d in &a.timeline {
+        assert!(
+            d.span_ns >= 0 && d.busy_ns >= 0 && d.idle_ns >= 0 && d.overlap_ns >= 0,
+            "{rel}"
+        );
+        assert_eq!(
+            d.busy_ns + d.idle_ns,
+            d.span_ns,
+            "{rel}: device {}",
+            d.device
+        );
+        assert_eq!(
+            d.gap_ns.iter().sum::<i64>(),
+            d.idle_ns,
+            "{rel}: gaps sum to idle"
+        );
+        assert!(d.launch_bound_ns <= d.span_ns, "{rel}");
+    }
+    let dev_records: u64 = a.timeline.iter().map(|d| d.records).sum();
+    assert_eq!(
+        dev_records, records,
+        "{rel}: every record on a device timeline"
+    );
+    let step_gpu: i64 = a.steps.steps.iter().map(|s| s.gpu_ns).sum();
+    assert!(
+        step_gpu <= t.gpu_ns || a.step.is_some(),
+        "{rel}: steps hold at most all GPU time"
+    );
+    for s in &a.steps.steps {
+        assert!(s.wall_ns >= 0 && s.gpu_ns >= 0, "{rel}: step {}", s.index);
+    }
+    for h in &a.headroom.rows {
+        assert!(
+            h.floor_ns >= 0 && h.headroom_ns >= 0 && h.headroom_ns <= h.gpu_ns,
+            "{rel}"
+        );
+    }
+}
+
+/// A JSON document with every table cut to its first rows, so snapshots stay readable.
+fn trimmed_json(a: &Analysis, rows: usize) -> serde_json::Value {
+    let mut v = serde_json::to_value(a).unwrap();
+    for key in ["by_op", "by_shape", "by_module", "by_kernel", "by_class"] {
+        if let Some(arr) = v[key].as_array_mut() {
+            arr.truncate(rows);
+        }
+    }
+    for key in ["steps", "rows"] {
+        let parent = if key == "rows" { "headroom" } else { "steps" };
+        if let Some(arr) = v[parent][key].as_array_mut() {
+            arr.truncate(rows);
+        }
+    }
+    v
+}
+
+#[test]
+fn invariants_hold_on_every_fixture() {
+    for rel in all_fixtures() {
+        let kernel_ns = Store::open(&store_for(&rel))
+            .unwrap()
+            .info()
+            .unwrap()
+            .kernel_time_ns;
+        let a = run(&rel, &AnalyzeConfig::default());
+        check_invariants(&rel, &a, Some(kernel_ns));
+        // Every step on its own keeps them too, and its totals are the step row's.
+        for k in 0..a.steps.steps.len().min(3) {
+            let cfg = AnalyzeConfig {
+                step: Some(k),
+                ..AnalyzeConfig::default()
+            };
+            let s = run(&rel, &cfg);
+            check_invariants(&rel, &s, None);
+            assert_eq!(s.totals.gpu_ns, a.steps.steps[k].gpu_ns, "{rel}: step {k}");
+            assert_eq!(
+                s.steps, a.steps,
+                "{rel}: steps are always over the whole run"
+            );
+        }
+    }
+}
+
+#[test]
+fn text_and_json_snapshots_of_every_fixture() {
+    for rel in all_fixtures() {
+        let name = stem(&rel);
+        let cfg = AnalyzeConfig::default();
+        let a = run(&rel, &cfg);
+        let text = render_text(&a, &cfg);
+        for line in text.lines() {
+            assert!(
+                line.chars().count() <= 100,
+                "{rel}: line wider than 100 columns: {line}"
+            );
+        }
+        insta::assert_snapshot!(format!("text_{name}"), text);
+        insta::assert_json_snapshot!(format!("json_{name}"), trimmed_json(&a, 12));
+        // The document reads back as what was written.
+        let back: Analysis = serde_json::from_str(&serde_json::to_string(&a).unwrap()).unwrap();
+        assert_eq!(back, a, "{rel}: JSON round trip");
+    }
+}
+
+#[test]
+fn every_table_snapshot_on_the_richest_fixtures() {
+    let mut richest: Vec<String> = [
+        "kineto/hta_timeline_analysis_sampled_rank-0.json.gz",
+        "kineto/hta_critical_path_alexnet_trace.json.gz",
+        "nsys/nsysai_mfu_2gpu_before.sqlite",
+    ]
+    .map(String::from)
+    .to_vec();
+    // The collector's H200 recordings with module ranges and with shapes, once they exist.
+    for rec in recordings() {
+        if rec.contains("modules") || rec.contains("shapes") {
+            richest.push(rec);
+        }
+    }
+    for rel in richest.iter().map(|s| s.as_str()) {
+        for (by, label) in [
+            (GroupBy::Shape, "shape"),
+            (GroupBy::Module, "module"),
+            (GroupBy::Kernel, "kernel"),
+            (GroupBy::Class, "class"),
+        ] {
+            let cfg = AnalyzeConfig {
+                by,
+                top: 10,
+                step: None,
+            };
+            let a = run(rel, &cfg);
+            insta::assert_snapshot!(format!("by_{label}_{}", stem(rel)), render_text(&a, &cfg));
+        }
+    }
+    let cfg = AnalyzeConfig {
+        step: Some(1),
+        ..AnalyzeConfig::default()
+    };
+    let rel = "kineto/hta_timeline_analysis_sampled_rank-0.json.gz";
+    insta::assert_snapshot!("step_1_timeline", render_text(&run(rel, &cfg), &cfg));
+}
+
+#[test]
+fn diff_snapshots_of_the_real_pairs() {
+    for (before, after) in [
+        (
+            "kineto/hta_trace_compare_base_base.json.gz",
+            "kineto/hta_trace_compare_test_test.json.gz",
+        ),
+        (
+            "nsys/nsysai_mfu_2gpu_before.sqlite",
+            "nsys/nsysai_mfu_2gpu_after.sqlite",
+        ),
+    ] {
+        let cfg = AnalyzeConfig::default();
+        let (b, a) = (run(before, &cfg), run(after, &cfg));
+        let d = diff(&b, &a);
+        // Per-row changes add up to the total change.
+        let rows: f64 = d.kernels.iter().map(|r| r.delta_ns).sum();
+        assert!(
+            (rows - d.delta_ns).abs() < 1.0,
+            "{before}: kernel deltas sum to the total"
+        );
+        let rows: f64 = d.ops.iter().map(|r| r.delta_ns).sum();
+        assert!(
+            (rows - d.delta_ns).abs() < 1.0,
+            "{before}: op deltas sum to the total"
+        );
+        insta::assert_snapshot!(format!("diff_{}", stem(before)), render_diff_text(&d, 10));
+        insta::assert_json_snapshot!(format!("diff_json_{}", stem(before)), {
+            let mut v = serde_json::to_value(&d).unwrap();
+            for key in ["ops", "shapes", "kernels"] {
+                v[key].as_array_mut().unwrap().truncate(8);
+            }
+            v
+        });
+        // A run against itself: nothing changes.
+        let same = diff(&b, &b);
+        assert_eq!(same.delta_ns, 0.0);
+        assert!(same
+            .kernels
+            .iter()
+            .all(|r| r.status == fuseprof_analyzer::DiffStatus::Same));
+    }
+}
+
+#[test]
+fn real_kernel_names_classify_as_expected() {
+    let rules = Rules::builtin();
+    let mut seen = std::collections::BTreeMap::new();
+    for rel in all_fixtures() {
+        let mut store = Store::open(&store_for(&rel)).unwrap();
+        let strings = store.strings().unwrap();
+        store
+            .for_each_kernel(|k| {
+                let name = strings.get(k.name).to_string();
+                let class = rules.classify(&name, &Default::default());
+                seen.insert(name, class);
+            })
+            .unwrap();
+    }
+    let listing: String = seen
+        .iter()
+        .map(|(n, c)| {
+            format!(
+                "{:<14} {}\n",
+                c.as_str(),
+                n.chars().take(160).collect::<String>()
+            )
+        })
+        .collect();
+    insta::assert_snapshot!("classified_kernel_names", listing);
+    let expect = [
+        ("nvjet_tst_192x192_64x4_2x1_v_bz_coopB_bias_TNN", Class::Gemm),
+        ("ampere_sgemm_32x32_sliced1x4_tn", Class::Gemm),
+        ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_64x64_32x6_tn_align4>(cutlass_80_tensorop_s1688gemm_64x64_32x6_tn_align4::Params)", Class::Gemm),
+        ("sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16_stage4_warpsize2x2x1_g1_tensor16x8x8_alignc4_execute_kernel__5x_cudnn", Class::Conv),
+        ("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<(unsigned long)4096>)", Class::Communication),
+        ("triton_poi_fused_add_cos_sin_0", Class::Elementwise),
+        ("void at::native::<unnamed>::vectorized_layer_norm_kernel<float, float, (bool)0>(int, T2, const T1 *, const T1 *, const T1 *, T2 *, T2 *, T1 *)", Class::Normalization),
+        ("void at::native::vectorized_elementwise_kernel<(int)4, at::native::CUDAFunctor_add<float>, std::array<char *, (unsigned long)3>>(int, T2, T3)", Class::Elementwise),
+        ("void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true, (cudnnKernelDataType_t)2>(cudnn::ops::nchw2nhwc_params_t<float>, float const*, float*)", Class::CopyLayout),
+        ("void at::native::reduce_kernel<(int)512, (int)1, at::native::ReduceOp<float, at::native::MeanOps<float, float, float, float>, unsigned int, float, (int)4, (int)4>>(T3)", Class::Reduction),
+        ("Cijk_Alik_Bljk_SB_Bias_AS_SAV_UserArgs_MT64x16x32_MI16x16x1_SN_LDSB0", Class::Gemm),
+        ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float, at::native::(anonymous namespace)::SoftMaxForwardEpilogue>(float*, float const*, int)", Class::Softmax),
+        ("void at::native::roll_cuda_kernel<c10::Half>(c10::Half const*, c10::Half*, long, long, long, long, long, long)", Class::CopyLayout),
+        ("void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<(int)128, (int)128, (int)64, (int)4, (bool)0, (bool)0, cutlass::bfloat16_t>>(flash::Flash_fwd_params)", Class::Attention),
+        ("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(at::TensorIteratorBase &)::[lambda() (instance 3)]>(int, T1, T2)", Class::CopyLayout),
+    ];
+    for (name, class) in expect {
+        assert_eq!(rules.classify(name, &Default::default()), class, "{name}");
+    }
+}
+
+#[test]
+fn rules_are_data_and_bad_rules_say_where() {
+    let r = Rules::parse("gemm prefix nvjet\nconv contains fprop threads>= 128\n").unwrap();
+    assert_eq!(r.classify("nvjet_x", &Default::default()), Class::Gemm);
+    let shape = fuseprof_analyzer::classify::LaunchShape {
+        grid: Some([1, 1, 1]),
+        block: Some([256, 1, 1]),
+        smem_bytes: None,
+    };
+    assert_eq!(r.classify("sm80_fprop", &shape), Class::Conv);
+    assert_eq!(r.classify("sm80_fprop", &Default::default()), Class::Other);
+    let e = Rules::parse("# c\nmatrix contains mm\n").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "classification rules, line 2: unknown class \"matrix\""
+    );
+    let e = Rules::parse("gemm threads>= many\n").unwrap_err();
+    assert!(e.to_string().contains("line 1"), "{e}");
+    assert!(Rules::parse("gemm prefix\n").is_err());
+}
+
+#[test]
+fn nvtx_op_names_parse() {
+    use fuseprof_analyzer::ops::{parse_range_name, step_family};
+    let p = parse_range_name(
+        "aten::addmm, seq = 12, sizes = [[256], [2048, 6948], []], input_op_ids = [1, 2]",
+    );
+    assert_eq!(p.name, "aten::addmm");
+    assert_eq!(p.sizes, Some("[[256], [2048, 6948], []]"));
+    assert!(p.has_fields);
+    let p = parse_range_name("aten::empty, op_id = 990346");
+    assert_eq!((p.name, p.sizes, p.has_fields), ("aten::empty", None, true));
+    let p = parse_range_name("FSDP::pre_forward (blocks.3, x)");
+    assert_eq!(
+        (p.name, p.has_fields),
+        ("FSDP::pre_forward (blocks.3, x)", false)
+    );
+    assert_eq!(
+        step_family("ProfilerStep#551").as_deref(),
+        Some("ProfilerStep#N")
+    );
+    assert_eq!(step_family("train_step 3").as_deref(), Some("train_step N"));
+    assert_eq!(step_family("Optimizer.step#EMAOptimizer.step"), None);
+}
+
+#[test]
+fn headroom_estimates_follow_the_shapes() {
+    use fuseprof_analyzer::headroom::estimate;
+    let t = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let e = estimate(
+        "aten::mm",
+        &[vec![4096, 4096], vec![4096, 4096]],
+        Some(&t(&["c10::BFloat16", "c10::BFloat16"])),
+        None,
+    )
+    .unwrap();
+    assert_eq!(e.flops, 2.0 * 4096f64.powi(3));
+    assert_eq!(e.bytes, 3.0 * 4096.0 * 4096.0 * 2.0);
+    let e = estimate(
+        "aten::linear",
+        &[vec![64, 3136, 96], vec![288, 96], vec![288]],
+        Some(&t(&["c10::Half", "c10::Half", "c10::Half"])),
+        None,
+    )
+    .unwrap();
+    assert_eq!(e.flops, 2.0 * 64.0 * 3136.0 * 96.0 * 288.0);
+    let e = estimate(
+        "aten::add",
+        &[vec![200704, 96], vec![200704, 96], vec![]],
+        Some(&t(&["float", "float", "Scalar"])),
+        None,
+    )
+    .unwrap();
+    assert_eq!(e.bytes, 3.0 * 200704.0 * 96.0 * 4.0);
+    let e = estimate(
+        "aten::copy_",
+        &[vec![10], vec![10], vec![]],
+        Some(&t(&["c10::Half", "float", ""])),
+        None,
+    )
+    .unwrap();
+    assert_eq!(e.bytes, 10.0 * 6.0);
+    assert!(estimate("aten::view", &[vec![10]], None, None).is_none());
+    let e = estimate("aten::softmax", &[vec![8, 49, 49]], None, None).unwrap();
+    assert!(e.assumptions.iter().any(|a| a.contains("dtype unknown")));
+}
+
+// ---- hand-made edge cases ----
+
+fn kernel(name: fuseprof_store::StrId, start: i64, end: i64, corr: Option<i64>) -> Kernel {
+    Kernel {
+        start_ns: start,
+        end_ns: end,
+        device_id: 0,
+        stream_id: 7,
+        pid: Some(1),
+        correlation_id: corr,
+        external_id: None,
+        name,
+        grid: Some([1, 1, 1]),
+        block: Some([128, 1, 1]),
+        registers_per_thread: None,
+        static_smem_bytes: None,
+        dynamic_smem_bytes: None,
+        graph_id: None,
+    }
+}
+
+fn launch(w: &mut Writer, corr: i64, start: i64, name: &str) {
+    let n = w.intern(name);
+    w.api_call(ApiCall {
+        api: Api::Runtime,
+        start_ns: start,
+        end_ns: start + 5,
+        pid: 1,
+        tid: 1,
+        correlation_id: Some(corr),
+        external_id: None,
+        name: n,
+        return_code: None,
+    })
+    .unwrap();
+}
+
+fn op(w: &mut Writer, name: &str, start: i64, end: Option<i64>) {
+    let n = w.intern(name);
+    let mut r = Range::new(RangeKind::CpuOp, n, 1, 1, start);
+    r.end_ns = end;
+    w.range(r).unwrap();
+}
+
+fn finish(w: Writer) {
+    w.finish(RunInfo {
+        source_format: "cupti".into(),
+        ..Default::default()
+    })
+    .unwrap();
+}
+
+fn analyze_path(p: &Path) -> fuseprof_analyzer::Result<Analysis> {
+    fuseprof_analyzer::analyze_file(p, &AnalyzeConfig::default())
+}
+
+#[test]
+fn a_newer_schema_is_refused_with_a_clear_message() {
+    let p = fuseprof_fixtures::path("handmade/newer_schema_v2.sqlite");
+    let e = analyze_path(&p).unwrap_err();
+    assert!(matches!(
+        e,
+        Error::Store(fuseprof_store::Error::NewerSchema { found: 2, .. })
+    ));
+    assert!(
+        e.to_string()
+            .contains("written by a newer fuseprof (store schema 2"),
+        "{e}"
+    );
+}
+
+#[test]
+fn an_empty_run_is_an_error_that_says_what_to_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("empty.sqlite");
+    let mut w = Writer::create(&p, CreateOptions::default()).unwrap();
+    op(&mut w, "aten::mm", 0, Some(10));
+    finish(w);
+    let e = analyze_path(&p).unwrap_err();
+    assert!(matches!(e, Error::EmptyRun { .. }));
+    assert!(e.to_string().contains("no GPU work"), "{e}");
+}
+
+#[test]
+fn kernels_without_ranges_are_reported_not_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("noranges.sqlite");
+    let mut w = Writer::create(&p, CreateOptions::default()).unwrap();
+    let k = w.intern(
+        "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>",
+    );
+    launch(&mut w, 1, 0, "cudaLaunchKernel");
+    w.kernel(kernel(k, 100, 200, Some(1))).unwrap();
+    w.kernel(kernel(k, 300, 450, None)).unwrap();
+    finish(w);
+    let a = analyze_path(&p).unwrap();
+    check_invariants("noranges", &a, Some(250));
+    assert_eq!(a.totals.unattributed_ns, 250);
+    assert_eq!(a.unattributed.outside_ranges, 1);
+    assert_eq!(a.unattributed.no_launch_record, 1);
+    assert_eq!(a.by_op[0].name, "(outside any range)");
+    assert!(a.notes.iter().any(|n| n.contains("no ranges")));
+    insta::assert_snapshot!(
+        "text_handmade_no_ranges",
+        render_text(&a, &AnalyzeConfig::default())
+    );
+}
+
+#[test]
+fn ranges_that_never_close_and_reversed_times_are_handled() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("odd.sqlite");
+    let mut w = Writer::create(&p, CreateOptions::default()).unwrap();
+    let k = w.intern("nvjet_tst_128x64");
+    // Written out of time order on purpose.
+    launch(&mut w, 3, 950, "cudaLaunchKernel");
+    w.kernel(kernel(k, 1_000, 1_100, Some(3))).unwrap();
+    op(&mut w, "aten::mm", 900, None); // never closes
+    op(&mut w, "my_block", 0, Some(800));
+    op(&mut w, "aten::addmm", 10, Some(900)); // overlaps its parent's end
+    op(&mut w, "aten::bad", 500, Some(400)); // ends before it starts
+    launch(&mut w, 1, 20, "cudaLaunchKernel");
+    w.kernel(kernel(k, 60, 40, Some(1))).unwrap(); // ends before it starts
+    launch(&mut w, 2, 850, "cudaLaunchKernel"); // after my_block closed, inside the clipped addmm? no: clipped at 800
+    w.kernel(kernel(k, 860, 900, Some(2))).unwrap();
+    let u = w.intern("user_range");
+    let mut r = Range::new(RangeKind::UserAnnotation, u, 1, 1, 2_000);
+    r.end_ns = None;
+    w.range(r).unwrap();
+    finish(w);
+    let a = analyze_path(&p).unwrap();
+    check_invariants("odd", &a, None);
+    let by: HashMap<&str, i64> = a
+        .by_op
+        .iter()
+        .map(|r| (r.name.as_str(), r.self_ns))
+        .collect();
+    assert_eq!(
+        by.get("aten::mm"),
+        Some(&100),
+        "launch inside the unclosed range"
+    );
+    assert_eq!(
+        by.get("aten::addmm"),
+        Some(&0),
+        "the reversed kernel counts 0 ns"
+    );
+    assert_eq!(
+        by.get("(outside any range)"),
+        Some(&40),
+        "launched after addmm was cut at 800"
+    );
+    assert!(
+        a.notes.iter().any(|n| n.contains("never closed")),
+        "{:?}",
+        a.notes
+    );
+    assert!(
+        a.notes.iter().any(|n| n.contains("end before they start")),
+        "{:?}",
+        a.notes
+    );
+    assert!(
+        a.notes.iter().any(|n| n.contains("overlapped")),
+        "{:?}",
+        a.notes
+    );
+}
+
+#[test]
+fn a_cuda_graph_launch_is_one_launch_of_many_kernels() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("graph.sqlite");
+    let mut w = Writer::create(&p, CreateOptions::default()).unwrap();
+    op(&mut w, "CUDAGraph::replay", 0, Some(1_000));
+    launch(&mut w, 9, 10, "cudaGraphLaunch");
+    let names = [
+        "nvjet_a",
+        "triton_poi_fused_add_0",
+        "triton_red_fused_sum_1",
+    ];
+    for (i, n) in names.iter().enumerate() {
+        let id = w.intern(n);
+        let mut k = kernel(id, 100 + 100 * i as i64, 150 + 100 * i as i64, Some(9));
+        k.graph_id = Some(4);
+        w.kernel(k).unwrap();
+    }
+    w.memop(Memop {
+        kind: MemopKind::Memset,
+        start_ns: 500,
+        end_ns: 510,
+        device_id: 0,
+        stream_id: 7,
+        pid: Some(1),
+        correlation_id: Some(9),
+        external_id: None,
+        bytes: Some(64),
+        copy_kind: None,
+        value: Some(0),
+    })
+    .unwrap();
+    finish(w);
+    let a = analyze_path(&p).unwrap();
+    check_invariants("graph", &a, Some(150));
+    assert_eq!(a.totals.launches, 1);
+    assert_eq!(a.totals.graph_kernels, 3);
+    assert_eq!(a.by_op[0].name, "CUDAGraph::replay");
+    assert_eq!(
+        (a.by_op[0].kernels, a.by_op[0].launches, a.by_op[0].self_ns),
+        (4, 1, 160)
+    );
+    let classes: Vec<Class> = a.by_class.iter().map(|c| c.class).collect();
+    assert_eq!(
+        classes,
+        [
+            Class::Gemm,
+            Class::Elementwise,
+            Class::Reduction,
+            Class::Memset
+        ]
+    );
+    // Gaps between 150-200, 250-300 and 350-500.
+    assert_eq!(a.timeline[0].idle_ns, 50 + 50 + 150);
+}
+
+#[test]
+fn asking_for_a_missing_step_says_how_many_there_are() {
+    let rel = "kineto/hta_timeline_analysis_sampled_rank-0.json.gz";
+    let mut store = Store::open(&store_for(rel)).unwrap();
+    let cfg = AnalyzeConfig {
+        step: Some(7),
+        ..AnalyzeConfig::default()
+    };
+    let e = analyze(&mut store, &cfg).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "--step 7: the run has 2 steps (numbered from 0)"
+    );
+}
+
+/// Per-op self CUDA time against PyTorch's own `key_averages()` on the same run, within 1%.
+///
+/// Runs for each pair `NAME.key_averages.json` + `NAME.kineto.json.gz` (or `NAME.json.gz`,
+/// `NAME.json`) under fixtures/recordings: the Kineto trace and a list of
+/// `{"name", "input_shapes", "count", "self_device_time_total_us", ...}` written from
+/// `prof.key_averages(group_by_input_shape=True)` in the same process (also accepted: `key`
+/// for `name`, `self_device_time_total` / `self_cuda_time_total` in microseconds). Compared per
+/// op type and per op type + shapes. Without such a pair it passes with a message.
+#[test]
+fn per_op_self_time_agrees_with_key_averages() {
+    let dir = fuseprof_fixtures::path("recordings");
+    let mut pairs = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(&dir) {
+        for e in rd.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            if let Some(base) = name.strip_suffix(".key_averages.json") {
+                for ext in [".kineto.json.gz", ".kineto.json", ".json.gz", ".json"] {
+                    let trace = format!("{base}{ext}");
+                    if dir.join(&trace).exists() {
+                        pairs.push((format!("recordings/{trace}"), dir.join(&name)));
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    if pairs.is_empty() {
+        eprintln!(
+            "no key_averages pair under {}: comparison not run",
+            dir.display()
+        );
+        return;
+    }
+    pairs.sort();
+    let mut report = String::new();
+    for (trace, ka) in pairs {
+        let a = run(&trace, &AnalyzeConfig::default());
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&ka).unwrap()).unwrap();
+        let entries = v
+            .as_array()
+            .cloned()
+            .or_else(|| v["key_averages"].as_array().cloned())
+            .expect("a list");
+        let mut theirs_by_name: HashMap<String, f64> = HashMap::new();
+        let mut theirs_by_shape: HashMap<(String, String), f64> = HashMap::new();
+        for e in &entries {
+            let key = e["name"].as_str().or(e["key"].as_str()).unwrap_or_default();
+            let us = e["self_device_time_total_us"]
+                .as_f64()
+                .or(e["self_device_time_total"].as_f64())
+                .or(e["self_cuda_time_total"].as_f64())
+                .unwrap_or(0.0);
+            *theirs_by_name.entry(key.to_string()).or_default() += us;
+            if let Some(shapes) = e["input_shapes"].as_str() {
+                *theirs_by_shape
+                    .entry((
+                        key.to_string(),
+                        fuseprof_analyzer::ops::normalize_dims(shapes),
+                    ))
+                    .or_default() += us;
+            }
+        }
+        let ours_by_name: HashMap<&str, i64> = a
+            .by_op
+            .iter()
+            .map(|r| (r.name.as_str(), r.self_ns))
+            .collect();
+        let ours_by_shape: HashMap<(String, String), i64> = a
+            .by_shape
+            .iter()
+            .map(|r| {
+                (
+                    (
+                        r.name.clone(),
+                        r.dims.clone().unwrap_or_else(|| "[]".into()),
+                    ),
+                    r.self_ns,
+                )
+            })
+            .collect();
+        let mut compared = 0;
+        let mut worst = 0.0f64;
+        let mut check = |what: String, ours_ns: i64, theirs_us: f64| {
+            let ours_us = ours_ns as f64 / 1e3;
+            let rel_err = (ours_us - theirs_us).abs() / theirs_us;
+            assert!(
+                rel_err <= 0.01,
+                "{trace}: {what}: ours {ours_us:.1} us, key_averages {theirs_us:.1} us ({:.2}%)",
+                rel_err * 100.0
+            );
+            worst = worst.max(rel_err);
+            compared += 1;
+        };
+        // key_averages also lists kernels, copies, CUDA API calls and the profiler's own
+        // buffer requests as keys; only ranges (ops, annotations) are compared.
+        let kernels: std::collections::HashSet<&str> =
+            a.by_kernel.iter().map(|k| k.name.as_str()).collect();
+        let not_a_range = |name: &str| {
+            kernels.contains(name)
+                || name.starts_with("Memcpy")
+                || name.starts_with("Memset")
+                || name.starts_with("cuda")
+                || name.starts_with("cu") && name[2..].starts_with(char::is_uppercase)
+                || name == "Activity Buffer Request"
+        };
+        for (name, &us) in &theirs_by_name {
+            // Tiny ops are at the mercy of microsecond rounding; step annotations are numbered
+            // per step there and folded into one family here.
+            if us < 10.0 || fuseprof_analyzer::ops::step_family(name).is_some() || not_a_range(name)
+            {
+                continue;
+            }
+            check(
+                name.clone(),
+                ours_by_name.get(name.as_str()).copied().unwrap_or(0),
+                us,
+            );
+        }
+        for ((name, shapes), &us) in &theirs_by_shape {
+            if us < 10.0 || fuseprof_analyzer::ops::step_family(name).is_some() || not_a_range(name)
+            {
+                continue;
+            }
+            let ours = ours_by_shape
+                .get(&(name.clone(), shapes.clone()))
+                .copied()
+                .unwrap_or(0);
+            check(format!("{name} {shapes}"), ours, us);
+        }
+        assert!(compared > 0, "{trace}: nothing compared");
+        report.push_str(&format!(
+            "{trace}: {compared} op types and shapes agree with key_averages, worst {:.3}%\n",
+            worst * 100.0
+        ));
+    }
+    eprint!("{report}");
+}
+
+#[test]
+fn headroom_uses_shapes_dtypes_and_the_builtin_ceilings() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("headroom.sqlite");
+    let mut w = Writer::create(&p, CreateOptions::default()).unwrap();
+    w.device(fuseprof_store::Device {
+        id: 0,
+        name: Some("NVIDIA H100 80GB HBM3".into()),
+        ..Default::default()
+    });
+    let name = w.intern("aten::mm");
+    let dims = w.intern("[[4096, 4096], [4096, 4096]]");
+    let types = w.intern(r#"["c10::BFloat16", "c10::BFloat16"]"#);
+    let mut r = Range::new(RangeKind::CpuOp, name, 1, 1, 0);
+    r.end_ns = Some(1_000);
+    r.input_dims = Some(dims);
+    r.input_types = Some(types);
+    w.range(r).unwrap();
+    launch(&mut w, 1, 10, "cudaLaunchKernel");
+    let k = w.intern("nvjet_tst_256x128_64x4_1x2_h_bz_TNT");
+    w.kernel(kernel(k, 100, 200_100, Some(1))).unwrap();
+    finish(w);
+    let a = analyze_path(&p).unwrap();
+    check_invariants("headroom", &a, Some(200_000));
+    assert_eq!(a.headroom.ceilings.len(), 1);
+    assert!(a.headroom.ceilings[0].source.starts_with("built-in (H100"));
+    let row = &a.headroom.rows[0];
+    assert_eq!(row.bound, "compute");
+    // 2 * 4096^3 FLOP at 800 TFLOP/s = 171.8 us.
+    assert_eq!(row.floor_ns, 171_799);
+    assert_eq!(row.headroom_ns, 200_000 - 171_799);
+    assert_eq!(row.flops_pct, Some(85.9));
+    insta::assert_snapshot!(
+        "text_handmade_headroom",
+        render_text(&a, &AnalyzeConfig::default())
+    );
+}
