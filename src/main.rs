@@ -7,9 +7,9 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
 
+use fuseprof_analyzer::{Analysis, AnalyzeConfig, GroupBy};
 use fuseprof_collector::collect::{self, Capture, CollectConfig, PytorchMode};
 use fuseprof_collector::import::{self, Format, ImportOptions};
-use fuseprof_analyzer::{Analysis, AnalyzeConfig, GroupBy};
 use fuseprof_store::Store;
 
 #[derive(Parser, Debug)]
@@ -159,10 +159,16 @@ fn load_analysis(path: &std::path::Path) -> Result<Analysis> {
     if is_json {
         let text = std::fs::read(path)?;
         return serde_json::from_slice(&text).with_context(|| {
-            format!("{}: not an analysis document from `fuseprof analyze --json`", path.display())
+            format!(
+                "{}: not an analysis document from `fuseprof analyze --json`",
+                path.display()
+            )
         });
     }
-    Ok(fuseprof_analyzer::analyze_file(path, &AnalyzeConfig::default())?)
+    Ok(fuseprof_analyzer::analyze_file(
+        path,
+        &AnalyzeConfig::default(),
+    )?)
 }
 
 fn parse_pytorch(s: &str) -> Result<PytorchMode, String> {
@@ -384,7 +390,12 @@ fn render_info(i: &fuseprof_store::Info) -> String {
         c.processes, c.threads, c.streams
     );
     for d in &i.devices {
-        let _ = write!(s, "device {}:   {}", d.id, d.name.as_deref().unwrap_or("(unnamed)"));
+        let _ = write!(
+            s,
+            "device {}:   {}",
+            d.id,
+            d.name.as_deref().unwrap_or("(unnamed)")
+        );
         if let Some(n) = d.sm_count {
             let _ = write!(s, ", {n} SMs");
         }

@@ -41,7 +41,10 @@ fn validate_chrome_trace(v: &serde_json::Value) -> (usize, usize) {
                 }
             }
             "X" => {
-                assert!(e["ts"].is_number() && e["dur"].as_f64().unwrap() >= 0.0, "{e}");
+                assert!(
+                    e["ts"].is_number() && e["dur"].as_f64().unwrap() >= 0.0,
+                    "{e}"
+                );
                 assert!(e["name"].is_string(), "{e}");
                 used.insert(pid);
                 complete += 1;
@@ -63,7 +66,10 @@ fn validate_chrome_trace(v: &serde_json::Value) -> (usize, usize) {
     for pid in &used {
         assert!(named.contains(pid), "process {pid} has no name");
     }
-    assert!(flows.values().all(|&(s, f)| s == 1 && f == 1), "unpaired flows");
+    assert!(
+        flows.values().all(|&(s, f)| s == 1 && f == 1),
+        "unpaired flows"
+    );
     (complete, flows.len())
 }
 
@@ -81,7 +87,11 @@ fn import_info_export_round_trip_on_real_traces() {
         let _ = std::fs::remove_file(&json);
         let o = fuseprof(&["import", s(&input), "-o", s(&run)]);
         assert!(o.status.success(), "{}", stderr(&o));
-        assert!(stderr(&o).contains(&format!("{kernels} kernels")), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains(&format!("{kernels} kernels")),
+            "{}",
+            stderr(&o)
+        );
 
         let o = fuseprof(&["info", s(&run), "--json"]);
         assert!(o.status.success(), "{}", stderr(&o));
@@ -90,8 +100,7 @@ fn import_info_export_round_trip_on_real_traces() {
 
         let o = fuseprof(&["export", s(&run), "-o", s(&json)]);
         assert!(o.status.success(), "{}", stderr(&o));
-        let v: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
         let (complete, flows) = validate_chrome_trace(&v);
         assert!(complete >= kernels as usize);
         assert!(flows > 0, "{fixture}: launch flows expected");
@@ -106,7 +115,9 @@ fn import_info_export_round_trip_on_real_traces() {
         let o = fuseprof(&["export", s(&run), "-o", s(&json)]);
         assert!(!o.status.success());
         assert!(stderr(&o).contains("already exists"));
-        assert!(fuseprof(&["export", s(&run), "-o", s(&json), "--force"]).status.success());
+        assert!(fuseprof(&["export", s(&run), "-o", s(&json), "--force"])
+            .status
+            .success());
     }
 }
 
@@ -154,7 +165,13 @@ fn collect_passes_the_exit_code_through_and_leaves_a_valid_run() {
 
     let o = Command::new(env!("CARGO_BIN_EXE_fuseprof"))
         .env("FUSEPROF_TRACER", &tracer)
-        .args(["collect", "-o", s(&dir.path().join("b.sqlite")), "--", "no-such-program-xyz"])
+        .args([
+            "collect",
+            "-o",
+            s(&dir.path().join("b.sqlite")),
+            "--",
+            "no-such-program-xyz",
+        ])
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(127), "{}", stderr(&o));

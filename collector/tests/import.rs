@@ -118,7 +118,9 @@ fn every_kineto_fixture_imports_with_every_event_accounted_for() {
 }
 
 fn nsys_count(path: &Path, sql: &str) -> u64 {
-    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
     rt.block_on(async {
         use sqlx::{ConnectOptions, Row};
         let mut c = sqlx::sqlite::SqliteConnectOptions::new()
@@ -193,10 +195,15 @@ fn every_nsys_fixture_imports_with_every_event_accounted_for() {
         .unwrap();
         // The fixtures are time windows cut from longer captures: some launches fall before the
         // window. The store must link exactly the kernels whose launch the source holds.
-        let unlinked = n("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k WHERE NOT EXISTS \
+        let unlinked = n(
+            "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k WHERE NOT EXISTS \
              (SELECT 1 FROM CUPTI_ACTIVITY_KIND_RUNTIME r WHERE r.correlationId = k.correlationId \
-              AND ((r.globalTid >> 24) & 16777215) = ((k.globalPid >> 24) & 16777215))");
-        assert_eq!(orphans, unlinked, "{rel}: kernels without their launching call");
+              AND ((r.globalTid >> 24) & 16777215) = ((k.globalPid >> 24) & 16777215))",
+        );
+        assert_eq!(
+            orphans, unlinked,
+            "{rel}: kernels without their launching call"
+        );
         assert!(unlinked < report.counts.kernels / 10);
         assert!(report.counts.kernels > 1000);
         let info = s.info().unwrap();
@@ -242,7 +249,10 @@ fn kineto_kernels_get_the_launching_process_and_shapes_survive() {
         }
     })
     .unwrap();
-    assert!(dims.contains(&"[[], [], [], [], []]".to_string()), "{dims:?}");
+    assert!(
+        dims.contains(&"[[], [], [], [], []]".to_string()),
+        "{dims:?}"
+    );
 }
 
 // ---- bad input ---------------------------------------------------------------------------
@@ -254,7 +264,10 @@ fn expect_failure(input: &Path, needle: &str) -> String {
     let err = import(input, &out, &ImportOptions::default())
         .expect_err("the import should fail")
         .to_string();
-    assert!(err.contains(needle), "message {err:?} should contain {needle:?}");
+    assert!(
+        err.contains(needle),
+        "message {err:?} should contain {needle:?}"
+    );
     assert!(!err.contains('\n'), "one line: {err:?}");
     let left: Vec<PathBuf> = std::fs::read_dir(dir.path())
         .unwrap()
@@ -273,7 +286,9 @@ fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
 #[test]
 fn truncated_json_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let json = read_gz(&fixtures::path("kineto/hta_critical_path_alexnet_trace.json.gz"));
+    let json = read_gz(&fixtures::path(
+        "kineto/hta_critical_path_alexnet_trace.json.gz",
+    ));
     let p = write(dir.path(), "cut.json", &json[..json.len() / 2]);
     let err = expect_failure(&p, "ends early");
     assert!(err.contains("cut.json"), "{err}");
@@ -282,7 +297,11 @@ fn truncated_json_is_refused() {
 #[test]
 fn corrupt_json_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let p = write(dir.path(), "bad.json", br#"{"traceEvents": [{"ph": "X",, }]}"#);
+    let p = write(
+        dir.path(),
+        "bad.json",
+        br#"{"traceEvents": [{"ph": "X",, }]}"#,
+    );
     expect_failure(&p, "malformed JSON");
 }
 
@@ -296,7 +315,10 @@ fn a_gz_name_without_gzip_data_is_refused() {
 #[test]
 fn truncated_gzip_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let gz = std::fs::read(fixtures::path("kineto/hta_critical_path_alexnet_trace.json.gz")).unwrap();
+    let gz = std::fs::read(fixtures::path(
+        "kineto/hta_critical_path_alexnet_trace.json.gz",
+    ))
+    .unwrap();
     let p = write(dir.path(), "cut.json.gz", &gz[..gz.len() / 3]);
     expect_failure(&p, "corrupt gzip");
 }
@@ -306,7 +328,11 @@ fn empty_traces_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let p = write(dir.path(), "empty.json", b"");
     expect_failure(&p, "empty");
-    let p = write(dir.path(), "noevents.json", br#"{"traceEvents": [], "schemaVersion": 1}"#);
+    let p = write(
+        dir.path(),
+        "noevents.json",
+        br#"{"traceEvents": [], "schemaVersion": 1}"#,
+    );
     expect_failure(&p, "no events");
     let p = write(dir.path(), "other.json", br#"{"hello": "world"}"#);
     expect_failure(&p, "no events");
@@ -323,7 +349,9 @@ fn a_file_of_another_kind_is_refused() {
 
 fn sqlite_with(dir: &Path, name: &str, sql: &str) -> PathBuf {
     let p = dir.join(name);
-    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
     rt.block_on(async {
         use sqlx::{ConnectOptions, Connection};
         let mut c = sqlx::sqlite::SqliteConnectOptions::new()
@@ -372,7 +400,13 @@ fn an_existing_output_is_kept_and_the_import_refused() {
     let out = write(dir.path(), "run.sqlite", b"precious");
     let input = fixtures::path("kineto/hta_trace_compare_base_base.json.gz");
     let err = import(&input, &out, &ImportOptions::default()).unwrap_err();
-    assert!(matches!(err, ImportError::Store(fuseprof_store::Error::OutputExists { .. })), "{err}");
+    assert!(
+        matches!(
+            err,
+            ImportError::Store(fuseprof_store::Error::OutputExists { .. })
+        ),
+        "{err}"
+    );
     assert_eq!(std::fs::read(&out).unwrap(), b"precious");
     // --force replaces it.
     let opts = ImportOptions {

@@ -62,7 +62,11 @@ impl Out {
 
 /// Writes the run as Chrome-trace JSON to `path` (through a temporary name, renamed at the end,
 /// so a failed export leaves nothing that looks complete).
-pub fn export(store: &mut Store, path: &Path, overwrite: bool) -> Result<ExportSummary, ExportError> {
+pub fn export(
+    store: &mut Store,
+    path: &Path,
+    overwrite: bool,
+) -> Result<ExportSummary, ExportError> {
     if !overwrite && path.exists() {
         return Err(ExportError::Exists(path.into()));
     }
@@ -117,8 +121,10 @@ fn write_trace(store: &mut Store, tmp: &Path) -> Result<ExportSummary, ExportErr
     }
     for (pid, tid, name) in store.threads()? {
         if let Some(name) = name {
-            out.event(json!({"ph":"M","name":"thread_name","pid":pid,"tid":tid,"args":{"name":name}}))
-                .map_err(io)?;
+            out.event(
+                json!({"ph":"M","name":"thread_name","pid":pid,"tid":tid,"args":{"name":name}}),
+            )
+            .map_err(io)?;
         }
     }
     let mut device_names = HashMap::new();
@@ -156,9 +162,19 @@ fn write_trace(store: &mut Store, tmp: &Path) -> Result<ExportSummary, ExportErr
 
     let mut streams: HashMap<(i64, i64), ()> = HashMap::new();
     let mut flows = 0u64;
-    let mut flow = |out: &mut Out, pid: Option<i64>, corr: Option<i64>, gpu_pid: i64, stream: i64, start_ns: i64| -> std::io::Result<()> {
-        let (Some(pid), Some(c)) = (pid, corr) else { return Ok(()) };
-        let Some(&(tid, launch_ns, _)) = launches.get(&(pid, c)) else { return Ok(()) };
+    let mut flow = |out: &mut Out,
+                    pid: Option<i64>,
+                    corr: Option<i64>,
+                    gpu_pid: i64,
+                    stream: i64,
+                    start_ns: i64|
+     -> std::io::Result<()> {
+        let (Some(pid), Some(c)) = (pid, corr) else {
+            return Ok(());
+        };
+        let Some(&(tid, launch_ns, _)) = launches.get(&(pid, c)) else {
+            return Ok(());
+        };
         flows += 1;
         let id = flows;
         out.event(json!({"ph":"s","cat":"launch","name":"launch","id":id,"pid":pid,"tid":tid,"ts":out.us(launch_ns)}))?;
@@ -210,9 +226,16 @@ fn write_trace(store: &mut Store, tmp: &Path) -> Result<ExportSummary, ExportErr
         }
         let ev = json!({"ph":"X","cat":cat,"name":name,"pid":gpu_pid,"tid":m.stream_id,
             "ts":out.us(m.start_ns),"dur":(m.end_ns - m.start_ns).max(0) as f64 / 1e3,"args":args});
-        let r = out
-            .event(ev)
-            .and_then(|()| flow(&mut out, m.pid, m.correlation_id, gpu_pid, m.stream_id, m.start_ns));
+        let r = out.event(ev).and_then(|()| {
+            flow(
+                &mut out,
+                m.pid,
+                m.correlation_id,
+                gpu_pid,
+                m.stream_id,
+                m.start_ns,
+            )
+        });
         if let Err(e) = r {
             err.get_or_insert(e);
         }
@@ -277,7 +300,8 @@ fn write_trace(store: &mut Store, tmp: &Path) -> Result<ExportSummary, ExportErr
             .map_err(io)?;
     }
     let events = out.events;
-    let other = json!({"fuseprof_origin_ns": out.origin_ns, "source_format": info.run.source_format});
+    let other =
+        json!({"fuseprof_origin_ns": out.origin_ns, "source_format": info.run.source_format});
     write!(out.w, "\n],\"otherData\":{other}}}\n").map_err(io)?;
     let file = out.w.into_inner().map_err(|e| io(e.into_error()))?;
     file.sync_all().map_err(io)?;

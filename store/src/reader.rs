@@ -132,8 +132,9 @@ impl Store {
                 supported: SCHEMA_VERSION,
             });
         }
-        let complete: Option<i64> = rt
-            .block_on(sqlx::query_scalar("SELECT complete FROM run WHERE id = 1").fetch_optional(&mut conn))?;
+        let complete: Option<i64> = rt.block_on(
+            sqlx::query_scalar("SELECT complete FROM run WHERE id = 1").fetch_optional(&mut conn),
+        )?;
         if complete != Some(1) {
             return Err(Error::Incomplete { path: path.into() });
         }
@@ -202,7 +203,8 @@ impl Store {
     /// `(pid, name)` for every process.
     pub fn processes(&mut self) -> Result<Vec<(i64, Option<String>)>> {
         let rows = self.rt.block_on(
-            sqlx::query_as("SELECT pid, name FROM processes ORDER BY pid").fetch_all(&mut self.conn),
+            sqlx::query_as("SELECT pid, name FROM processes ORDER BY pid")
+                .fetch_all(&mut self.conn),
         )?;
         Ok(rows)
     }
@@ -253,8 +255,10 @@ impl Store {
             processes: rt.block_on(q("SELECT count(*) FROM processes").fetch_one(&mut *c))?,
             threads: rt.block_on(q("SELECT count(*) FROM threads").fetch_one(&mut *c))?,
             streams: rt.block_on(
-                q("SELECT count(*) FROM (SELECT DISTINCT device_id, stream_id FROM kernels \
-                   UNION SELECT DISTINCT device_id, stream_id FROM memops)")
+                q(
+                    "SELECT count(*) FROM (SELECT DISTINCT device_id, stream_id FROM kernels \
+                   UNION SELECT DISTINCT device_id, stream_id FROM memops)",
+                )
                 .fetch_one(&mut *c),
             )?,
         };
@@ -308,7 +312,11 @@ impl Store {
              static_smem_bytes, dynamic_smem_bytes, graph_id FROM kernels ORDER BY id",
             |s| {
                 let triple = |i| {
-                    Some([s.col_opt_i64(i)?, s.col_opt_i64(i + 1)?, s.col_opt_i64(i + 2)?])
+                    Some([
+                        s.col_opt_i64(i)?,
+                        s.col_opt_i64(i + 1)?,
+                        s.col_opt_i64(i + 2)?,
+                    ])
                 };
                 f(Kernel {
                     start_ns: s.col_i64(0),
@@ -385,7 +393,10 @@ impl Store {
              FROM ranges ORDER BY id",
             |s| {
                 f(Range {
-                    kind: s.col_text(0).and_then(RangeKind::parse).unwrap_or(RangeKind::Other),
+                    kind: s
+                        .col_text(0)
+                        .and_then(RangeKind::parse)
+                        .unwrap_or(RangeKind::Other),
                     start_ns: s.col_i64(1),
                     end_ns: s.col_opt_i64(2),
                     pid: s.col_i64(3),
@@ -413,7 +424,10 @@ impl Store {
                 f(Flow {
                     category: StrId(s.col_i64(0)),
                     flow_id: s.col_i64(1),
-                    phase: s.col_text(2).and_then(FlowPhase::parse).unwrap_or(FlowPhase::Start),
+                    phase: s
+                        .col_text(2)
+                        .and_then(FlowPhase::parse)
+                        .unwrap_or(FlowPhase::Start),
                     ts_ns: s.col_i64(3),
                     pid: s.col_i64(4),
                     tid: s.col_i64(5),

@@ -360,11 +360,7 @@ impl Drop for Writer {
     }
 }
 
-fn writer_thread(
-    path: &Path,
-    rx: Receiver<Msg>,
-    ready: SyncSender<Result<()>>,
-) -> Result<()> {
+fn writer_thread(path: &Path, rx: Receiver<Msg>, ready: SyncSender<Result<()>>) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .map_err(|source| Error::Io {
@@ -623,7 +619,9 @@ async fn write_finish(conn: &mut SqliteConnection, f: Finish) -> Result<()> {
             sqlx::query(sql).execute(&mut *conn).await?;
         }
     }
-    sqlx::query("UPDATE run SET complete = 1").execute(&mut *conn).await?;
+    sqlx::query("UPDATE run SET complete = 1")
+        .execute(&mut *conn)
+        .await?;
     sqlx::query("COMMIT").execute(&mut *conn).await?;
     // A published run never changes again, so it needs no WAL (whose -wal/-shm side files
     // every reader would otherwise leave behind); a rollback journal keeps it one plain file.

@@ -25,7 +25,9 @@ fn kernel(w: &mut Writer, name: &str, start_ns: i64) -> Kernel {
 }
 
 fn sql(path: &Path, statement: &str) {
-    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
     rt.block_on(async {
         use sqlx::{ConnectOptions, Connection};
         let mut c = sqlx::sqlite::SqliteConnectOptions::new()
@@ -50,7 +52,11 @@ fn records_round_trip_and_strings_are_shared() {
     let mut written = Vec::new();
     // More than one batch, so the writer thread sees several.
     for i in 0..40_000 {
-        let k = kernel(&mut w, if i % 2 == 0 { "gemm" } else { "softmax" }, i * 1000);
+        let k = kernel(
+            &mut w,
+            if i % 2 == 0 { "gemm" } else { "softmax" },
+            i * 1000,
+        );
         written.push(k.clone());
         w.kernel(k).unwrap();
     }
@@ -115,7 +121,9 @@ fn the_writer_refuses_an_existing_file() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("run.sqlite");
     std::fs::write(&path, b"keep me").unwrap();
-    let err = Writer::create(&path, CreateOptions::default()).err().unwrap();
+    let err = Writer::create(&path, CreateOptions::default())
+        .err()
+        .unwrap();
     assert!(matches!(err, Error::OutputExists { .. }));
     assert!(err.to_string().contains("run.sqlite: already exists"));
     assert_eq!(std::fs::read(&path).unwrap(), b"keep me");
@@ -136,7 +144,10 @@ fn finished_run(dir: &Path) -> std::path::PathBuf {
 fn a_store_from_a_newer_schema_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = finished_run(dir.path());
-    sql(&path, "UPDATE meta SET value = '99' WHERE key = 'schema_version'");
+    sql(
+        &path,
+        "UPDATE meta SET value = '99' WHERE key = 'schema_version'",
+    );
     let err = Store::open(&path).err().unwrap();
     assert!(matches!(err, Error::NewerSchema { found: 99, .. }), "{err}");
     assert!(err.to_string().contains("newer fuseprof"));
@@ -164,7 +175,9 @@ fn files_that_are_not_runs_are_refused() {
     let err = Store::open(&other).err().unwrap().to_string();
     assert!(err.contains("without fuseprof's tables"), "{err}");
 
-    let err = Store::open(&dir.path().join("missing.sqlite")).err().unwrap();
+    let err = Store::open(&dir.path().join("missing.sqlite"))
+        .err()
+        .unwrap();
     assert!(matches!(err, Error::Io { .. }));
     let err = Store::open(dir.path()).err().unwrap().to_string();
     assert!(err.contains("not a file"), "{err}");

@@ -33,7 +33,10 @@ pub fn read_source(path: &Path) -> Result<Vec<u8>> {
             .map_err(|e| ImportError::format(path, format!("corrupt gzip data: {e}")))?;
         Ok(out)
     } else if path.extension().is_some_and(|e| e == "gz") {
-        Err(ImportError::format(path, "named .gz but not gzip-compressed"))
+        Err(ImportError::format(
+            path,
+            "named .gz but not gzip-compressed",
+        ))
     } else {
         Ok(raw)
     }
@@ -187,17 +190,17 @@ impl<'w> Sink<'w> {
                         self.w.kernel(Kernel {
                             start_ns,
                             end_ns,
-                            device_id: args.device.and_then(Num::as_i64).unwrap_or(pid),
-                            stream_id: args.stream.and_then(Num::as_i64).unwrap_or(tid),
+                            device_id: args.device.and_then(Num::into_i64).unwrap_or(pid),
+                            stream_id: args.stream.and_then(Num::into_i64).unwrap_or(tid),
                             pid: None,
-                            correlation_id: args.correlation.and_then(Num::as_i64),
-                            external_id: args.external_id.and_then(Num::as_i64),
+                            correlation_id: args.correlation.and_then(Num::into_i64),
+                            external_id: args.external_id.and_then(Num::into_i64),
                             name,
                             grid: args.grid,
                             block: args.block,
-                            registers_per_thread: args.registers.and_then(Num::as_i64),
+                            registers_per_thread: args.registers.and_then(Num::into_i64),
                             // Kineto reports static + dynamic shared memory as one number.
-                            static_smem_bytes: args.shared_memory.and_then(Num::as_i64),
+                            static_smem_bytes: args.shared_memory.and_then(Num::into_i64),
                             dynamic_smem_bytes: None,
                             graph_id: None,
                         })
@@ -218,12 +221,12 @@ impl<'w> Sink<'w> {
                             kind,
                             start_ns,
                             end_ns,
-                            device_id: args.device.and_then(Num::as_i64).unwrap_or(pid),
-                            stream_id: args.stream.and_then(Num::as_i64).unwrap_or(tid),
+                            device_id: args.device.and_then(Num::into_i64).unwrap_or(pid),
+                            stream_id: args.stream.and_then(Num::into_i64).unwrap_or(tid),
                             pid: None,
-                            correlation_id: args.correlation.and_then(Num::as_i64),
-                            external_id: args.external_id.and_then(Num::as_i64),
-                            bytes: args.bytes.and_then(Num::as_i64),
+                            correlation_id: args.correlation.and_then(Num::into_i64),
+                            external_id: args.external_id.and_then(Num::into_i64),
+                            bytes: args.bytes.and_then(Num::into_i64),
                             copy_kind,
                             value: None,
                         })
@@ -241,8 +244,8 @@ impl<'w> Sink<'w> {
                             end_ns,
                             pid,
                             tid,
-                            correlation_id: args.correlation.and_then(Num::as_i64),
-                            external_id: args.external_id.and_then(Num::as_i64),
+                            correlation_id: args.correlation.and_then(Num::into_i64),
+                            external_id: args.external_id.and_then(Num::into_i64),
                             name,
                             return_code: None,
                         })
@@ -260,18 +263,18 @@ impl<'w> Sink<'w> {
                         let mut r = Range::new(kind, name, pid, tid, start_ns);
                         r.end_ns = Some(end_ns);
                         if kind.is_gpu_side() {
-                            if let Some(d) = args.device.and_then(Num::as_i64) {
+                            if let Some(d) = args.device.and_then(Num::into_i64) {
                                 r.pid = d;
                             }
-                            if let Some(s) = args.stream.and_then(Num::as_i64) {
+                            if let Some(s) = args.stream.and_then(Num::into_i64) {
                                 r.tid = s;
                             }
                         }
                         if kind == RangeKind::Other && !cat.is_empty() {
                             r.category = Some(self.category(cat));
                         }
-                        r.external_id = args.external_id.and_then(Num::as_i64);
-                        r.correlation_id = args.correlation.and_then(Num::as_i64);
+                        r.external_id = args.external_id.and_then(Num::into_i64);
+                        r.correlation_id = args.correlation.and_then(Num::into_i64);
                         r.input_dims = args.input_dims.map(|v| self.w.intern(v.get()));
                         r.input_types = args.input_types.map(|v| self.w.intern(v.get()));
                         if !kind.is_gpu_side() {
@@ -294,7 +297,7 @@ impl<'w> Sink<'w> {
             "s" | "t" | "f" => {
                 let pid = self.id_of(&e.pid, true);
                 let tid = self.id_of(&e.tid, false);
-                let Some(flow_id) = e.id.and_then(Num::as_i64) else {
+                let Some(flow_id) = e.id.and_then(Num::into_i64) else {
                     self.skip("flow without a numeric id");
                     return Ok(());
                 };
@@ -389,7 +392,7 @@ enum Num<'a> {
 }
 
 impl Num<'_> {
-    fn as_i64(self) -> Option<i64> {
+    fn into_i64(self) -> Option<i64> {
         match self {
             Num::Int(i) => Some(i),
             Num::Float(f) => Some(f as i64),
@@ -459,7 +462,7 @@ fn triple<'de, D: Deserializer<'de>>(d: D) -> Result<Option<[i64; 3]>, D::Error>
             let mut n = 0;
             let mut ok = true;
             while let Some(v) = s.next_element::<Num<'de>>()? {
-                match (n < 3, v.as_i64()) {
+                match (n < 3, v.into_i64()) {
                     (true, Some(x)) => dims[n] = x,
                     _ => ok = false,
                 }
@@ -680,8 +683,14 @@ mod tests {
 
     #[test]
     fn copy_kind_comes_from_the_event_name_when_args_lack_it() {
-        assert_eq!(copy_kind_from_name("Memcpy HtoD (Pageable -> Device)"), CopyKind::HtoD);
-        assert_eq!(copy_kind_from_name("Memcpy DtoD (Device -> Device)"), CopyKind::DtoD);
+        assert_eq!(
+            copy_kind_from_name("Memcpy HtoD (Pageable -> Device)"),
+            CopyKind::HtoD
+        );
+        assert_eq!(
+            copy_kind_from_name("Memcpy DtoD (Device -> Device)"),
+            CopyKind::DtoD
+        );
         assert_eq!(copy_kind_from_name("Memset (Device)"), CopyKind::Unknown);
     }
 }

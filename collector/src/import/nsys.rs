@@ -99,15 +99,14 @@ impl<'p> Source<'p> {
                 }
             })
             .collect();
-        Some(format!("SELECT {} FROM \"{table}\" {tail}", list.join(", ")))
+        Some(format!(
+            "SELECT {} FROM \"{table}\" {tail}",
+            list.join(", ")
+        ))
     }
 
     /// Streams the rows of `sql` to `f`.
-    fn rows(
-        &mut self,
-        sql: String,
-        mut f: impl FnMut(&SqliteRow) -> Result<()>,
-    ) -> Result<u64> {
+    fn rows(&mut self, sql: String, mut f: impl FnMut(&SqliteRow) -> Result<()>) -> Result<u64> {
         use futures_util::TryStreamExt;
         let path = self.path;
         let conn = &mut self.conn;
@@ -176,7 +175,10 @@ impl Names {
 
 pub(crate) fn import(path: &Path, output: &Path, create: CreateOptions) -> Result<ImportReport> {
     let mut src = Source::open(path)?;
-    if src.tables.contains_key("run") && src.tables.contains_key("meta") && src.tables.contains_key("kernels") {
+    if src.tables.contains_key("run")
+        && src.tables.contains_key("meta")
+        && src.tables.contains_key("kernels")
+    {
         return Err(ImportError::format(
             path,
             "this is already a fuseprof run file; open it directly",
@@ -241,9 +243,23 @@ pub(crate) fn import(path: &Path, output: &Path, create: CreateOptions) -> Resul
     if let Some(sql) = src.select(
         "CUPTI_ACTIVITY_KIND_KERNEL",
         &[
-            "start", "end", "deviceId", "streamId", "globalPid", "correlationId",
-            "demangledName", "shortName", "gridX", "gridY", "gridZ", "blockX", "blockY",
-            "blockZ", "registersPerThread", "staticSharedMemory", "dynamicSharedMemory",
+            "start",
+            "end",
+            "deviceId",
+            "streamId",
+            "globalPid",
+            "correlationId",
+            "demangledName",
+            "shortName",
+            "gridX",
+            "gridY",
+            "gridZ",
+            "blockX",
+            "blockY",
+            "blockZ",
+            "registersPerThread",
+            "staticSharedMemory",
+            "dynamicSharedMemory",
             "graphId",
         ],
         "ORDER BY start",
@@ -287,8 +303,15 @@ pub(crate) fn import(path: &Path, output: &Path, create: CreateOptions) -> Resul
         let Some(sql) = src.select(
             table,
             &[
-                "start", "end", "deviceId", "streamId", "globalPid", "correlationId", "bytes",
-                "copyKind", "value",
+                "start",
+                "end",
+                "deviceId",
+                "streamId",
+                "globalPid",
+                "correlationId",
+                "bytes",
+                "copyKind",
+                "value",
             ],
             "ORDER BY start",
         ) else {
@@ -320,7 +343,15 @@ pub(crate) fn import(path: &Path, output: &Path, create: CreateOptions) -> Resul
     // CUDA runtime and driver calls (eventClass 0 = runtime, 1 = driver).
     if let Some(sql) = src.select(
         "CUPTI_ACTIVITY_KIND_RUNTIME",
-        &["start", "end", "eventClass", "globalTid", "correlationId", "nameId", "returnValue"],
+        &[
+            "start",
+            "end",
+            "eventClass",
+            "globalTid",
+            "correlationId",
+            "nameId",
+            "returnValue",
+        ],
         "ORDER BY start",
     ) {
         source_events += src.rows(sql, |r| {
@@ -351,7 +382,14 @@ pub(crate) fn import(path: &Path, output: &Path, create: CreateOptions) -> Resul
     // Synchronisation spans sit on the GPU side (device, stream), as Kineto's cuda_sync does.
     if let Some(sql) = src.select(
         "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
-        &["start", "end", "deviceId", "streamId", "correlationId", "syncType"],
+        &[
+            "start",
+            "end",
+            "deviceId",
+            "streamId",
+            "correlationId",
+            "syncType",
+        ],
         "ORDER BY start",
     ) {
         let sync_names: HashMap<i64, String> = enum_labels(&mut src, "ENUM_CUPTI_SYNC_TYPE")?;
@@ -383,9 +421,8 @@ pub(crate) fn import(path: &Path, output: &Path, create: CreateOptions) -> Resul
         &format!("WHERE eventType IN ({NVTX_DOMAIN_CREATE}, {NVTX_CATEGORY})"),
     ) {
         src.rows(sql, |r| {
-            let text = get_text(r, 3).or_else(|| {
-                get_i64(r, 4).and_then(|i| names.source.get(&i).cloned())
-            });
+            let text = get_text(r, 3)
+                .or_else(|| get_i64(r, 4).and_then(|i| names.source.get(&i).cloned()));
             let Some(text) = text else { return Ok(()) };
             let id = w.intern(&text);
             let domain = get_i64(r, 1).unwrap_or(0);
@@ -400,8 +437,16 @@ pub(crate) fn import(path: &Path, output: &Path, create: CreateOptions) -> Resul
     if let Some(sql) = src.select(
         "NVTX_EVENTS",
         &[
-            "start", "end", "eventType", "globalTid", "endGlobalTid", "domainId", "category",
-            "color", "text", "textId",
+            "start",
+            "end",
+            "eventType",
+            "globalTid",
+            "endGlobalTid",
+            "domainId",
+            "category",
+            "color",
+            "text",
+            "textId",
         ],
         "ORDER BY start",
     ) {
@@ -423,7 +468,9 @@ pub(crate) fn import(path: &Path, output: &Path, create: CreateOptions) -> Resul
                     return Ok(());
                 }
                 None => {
-                    *skipped.entry("NVTX events without a type".into()).or_default() += 1;
+                    *skipped
+                        .entry("NVTX events without a type".into())
+                        .or_default() += 1;
                     return Ok(());
                 }
             };
@@ -467,7 +514,8 @@ pub(crate) fn import(path: &Path, output: &Path, create: CreateOptions) -> Resul
             let name = names
                 .get(&mut w, get_i64(r, 3))
                 .unwrap_or_else(|| w.intern("overhead"));
-            let mut range = Range::new(RangeKind::Other, name, pid, tid, get_i64(r, 0).unwrap_or(0));
+            let mut range =
+                Range::new(RangeKind::Other, name, pid, tid, get_i64(r, 0).unwrap_or(0));
             range.end_ns = get_i64(r, 1);
             range.category = Some(category);
             w.range(range)?;
@@ -500,8 +548,16 @@ pub(crate) fn import(path: &Path, output: &Path, create: CreateOptions) -> Resul
     if let Some(sql) = src.select(
         "TARGET_INFO_GPU",
         &[
-            "id", "name", "totalMemory", "smCount", "clockRate", "memoryBandwidth",
-            "computeMajor", "computeMinor", "computeCapabilityMajor", "computeCapabilityMinor",
+            "id",
+            "name",
+            "totalMemory",
+            "smCount",
+            "clockRate",
+            "memoryBandwidth",
+            "computeMajor",
+            "computeMinor",
+            "computeCapabilityMajor",
+            "computeCapabilityMinor",
         ],
         "",
     ) {
@@ -523,7 +579,6 @@ pub(crate) fn import(path: &Path, output: &Path, create: CreateOptions) -> Resul
                     peak_flops_fp16: peaks.map(|p| p.1),
                     peak_source: peaks.map(|_| "nominal".into()),
                     name,
-                    ..Default::default()
                 },
             );
             Ok(())
@@ -560,7 +615,10 @@ pub(crate) fn import(path: &Path, output: &Path, create: CreateOptions) -> Resul
             Ok(())
         })?;
     }
-    let tool = match (export.get("EXPORT_PRODUCT_NAME"), export.get("EXPORT_PRODUCT_VERSION")) {
+    let tool = match (
+        export.get("EXPORT_PRODUCT_NAME"),
+        export.get("EXPORT_PRODUCT_VERSION"),
+    ) {
         (Some(n), Some(v)) => Some(format!("{n} {v}")),
         (Some(n), None) => Some(n.clone()),
         _ => Some("NVIDIA Nsight Systems".into()),
