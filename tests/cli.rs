@@ -139,6 +139,10 @@ fn bad_input_gets_one_line_and_a_failing_exit_code() {
         assert!(err.starts_with("fuseprof: "), "{args:?}: {err}");
         assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
         assert!(!err.contains("panicked"), "{err}");
+        assert!(
+            err.matches("(os error").count() <= 1,
+            "cause repeated: {err}"
+        );
         assert!(!out.exists(), "{args:?} left {out:?}");
     }
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);

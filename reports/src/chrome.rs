@@ -22,10 +22,10 @@ pub const GPU_PID_BASE: i64 = 1 << 40;
 pub enum ExportError {
     #[error("{}: already exists; refusing to overwrite it", .0.display())]
     Exists(PathBuf),
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {error}", path.display())]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error(transparent)]
     Store(#[from] fuseprof_store::Error),
@@ -76,7 +76,7 @@ pub fn export(
         Ok(summary) => {
             std::fs::rename(&tmp, path).map_err(|source| ExportError::Io {
                 path: path.into(),
-                source,
+                error: source,
             })?;
             Ok(summary)
         }
@@ -98,7 +98,7 @@ fn tmp_name(path: &Path) -> PathBuf {
 fn write_trace(store: &mut Store, tmp: &Path) -> Result<ExportSummary, ExportError> {
     let io = |source| ExportError::Io {
         path: tmp.into(),
-        source,
+        error: source,
     };
     let info = store.info()?;
     let strings = store.strings()?;

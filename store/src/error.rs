@@ -6,10 +6,10 @@ use std::path::PathBuf;
 pub enum Error {
     #[error("{}: already exists; refusing to overwrite it", path.display())]
     OutputExists { path: PathBuf },
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {error}", path.display())]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("{}: not a fuseprof run file ({reason})", path.display())]
     NotAStore { path: PathBuf, reason: String },

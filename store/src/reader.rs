@@ -83,7 +83,7 @@ impl Store {
     pub fn open(path: &Path) -> Result<Store> {
         let meta = std::fs::metadata(path).map_err(|source| Error::Io {
             path: path.into(),
-            source,
+            error: source,
         })?;
         if !meta.is_file() {
             return Err(not_a_store(path, "it is not a file"));
@@ -92,7 +92,7 @@ impl Store {
             .build()
             .map_err(|source| Error::Io {
                 path: path.into(),
-                source,
+                error: source,
             })?;
         let mut conn = rt
             .block_on(

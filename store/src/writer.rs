@@ -129,7 +129,7 @@ impl Writer {
         }
         let file_name = path.file_name().ok_or_else(|| Error::Io {
             path: path.into(),
-            source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file path"),
+            error: std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file path"),
         })?;
         let parent = match path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
@@ -143,7 +143,7 @@ impl Writer {
         // Fail early, with the user's path in the message, if the folder cannot be written.
         std::fs::File::create(&tmp_path).map_err(|source| Error::Io {
             path: path.into(),
-            source,
+            error: source,
         })?;
 
         let (tx, rx) = mpsc::sync_channel::<Msg>(CHANNEL_BATCHES);
@@ -154,7 +154,7 @@ impl Writer {
             .spawn(move || writer_thread(&thread_path, rx, ready_tx))
             .map_err(|source| Error::Io {
                 path: path.into(),
-                source,
+                error: source,
             })?;
         let mut w = Writer {
             tx: Some(tx),
@@ -325,7 +325,7 @@ impl Writer {
     fn publish(&self) -> Result<()> {
         let io = |source| Error::Io {
             path: self.final_path.clone(),
-            source,
+            error: source,
         };
         if self.overwrite {
             return std::fs::rename(&self.tmp_path, &self.final_path).map_err(io);
@@ -365,7 +365,7 @@ fn writer_thread(path: &Path, rx: Receiver<Msg>, ready: SyncSender<Result<()>>) 
         .build()
         .map_err(|source| Error::Io {
             path: path.into(),
-            source,
+            error: source,
         })?;
     rt.block_on(async move {
         let opened = open_for_writing(path).await;

@@ -186,15 +186,15 @@ pub enum CollectError {
     TracerNotFound { searched: String },
     #[error("{0}")]
     BadOption(String),
-    #[error("could not create the spool folder {}: {source}", path.display())]
+    #[error("could not create the spool folder {}: {error}", path.display())]
     SpoolDir {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
-    #[error("could not run `{program}`: {source}")]
+    #[error("could not run `{program}`: {error}")]
     Spawn {
         program: String,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("could not read spool file {}: {message}", path.display())]
     Spool { path: PathBuf, message: String },
@@ -264,7 +264,7 @@ pub fn run(cfg: &CollectConfig) -> Result<CollectOutcome> {
                     let _ = std::fs::remove_dir_all(&spool_dir);
                     return Err(CollectError::Spawn {
                         program: program.to_string_lossy().into_owned(),
-                        source: e,
+                        error: e,
                     });
                 }
             };
@@ -406,7 +406,7 @@ fn publish(
 ) -> Result<PathBuf> {
     let io = |source| fuseprof_store::Error::Io {
         path: output.to_path_buf(),
-        source,
+        error: source,
     };
     if overwrite {
         std::fs::rename(staging, output).map_err(io)?;
@@ -457,7 +457,7 @@ fn make_spool_dir() -> Result<PathBuf> {
     let dir = base.join(format!("fuseprof-spool-{}-{nanos:09}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|source| CollectError::SpoolDir {
         path: dir.clone(),
-        source,
+        error: source,
     })?;
     Ok(dir)
 }

@@ -24,7 +24,7 @@ use super::{nominal_peaks, Format, ImportError, ImportReport, Result};
 pub fn read_source(path: &Path) -> Result<Vec<u8>> {
     let raw = std::fs::read(path).map_err(|source| ImportError::Io {
         path: path.into(),
-        source,
+        error: source,
     })?;
     if raw.starts_with(&[0x1f, 0x8b]) {
         let mut out = Vec::with_capacity(raw.len() * 8);

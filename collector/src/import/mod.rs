@@ -42,10 +42,10 @@ pub struct ImportReport {
 
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {error}", path.display())]
     Io {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("{}: {what}", path.display())]
     Format { path: PathBuf, what: String },
@@ -80,7 +80,7 @@ pub fn detect(path: &Path) -> Result<Format> {
     let mut head = [0u8; 16];
     let mut f = std::fs::File::open(path).map_err(|source| ImportError::Io {
         path: path.into(),
-        source,
+        error: source,
     })?;
     let mut n = 0;
     while n < head.len() {
@@ -90,7 +90,7 @@ pub fn detect(path: &Path) -> Result<Format> {
             Err(source) => {
                 return Err(ImportError::Io {
                     path: path.into(),
-                    source,
+                    error: source,
                 })
             }
         }

@@ -43,7 +43,7 @@ impl<'p> Source<'p> {
             .build()
             .map_err(|source| ImportError::Io {
                 path: path.into(),
-                source,
+                error: source,
             })?;
         let mut conn = rt
             .block_on(
