@@ -1,0 +1,19 @@
+"""Summarises overhead.sh's rounds: per configuration, the median (and min..max) wall time per
+iteration over the interleaved rounds, and its overhead against the untraced median.
+
+    python3 overhead_table.py $OUT/overhead.jsonl
+"""
+import json, statistics, sys
+
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+by = {}
+for r in rows:
+    by.setdefault(r["config"], []).append(r["result"]["per_iter_ms"])
+base = statistics.median(by["base"])
+print(f"rounds: {max(r['round'] for r in rows)}; untraced median {base:.3f} ms/iter")
+print("| configuration | median ms/iter | overhead (median) | range over rounds |")
+print("|---|---|---|---|")
+for name, v in by.items():
+    m = statistics.median(v)
+    print(f"| {name} | {m:.3f} | {100 * (m / base - 1):+.1f} % | "
+          f"{100 * (min(v) / base - 1):+.1f} % .. {100 * (max(v) / base - 1):+.1f} % |")
