@@ -166,6 +166,13 @@ fn collect_passes_the_exit_code_through_and_leaves_a_valid_run() {
     assert!(o.status.success(), "{}", stderr(&o));
     let info: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(info["run"]["source_format"], "cupti");
+    // Run-level facts the schema has no column for travel in `meta`.
+    let meta: Vec<(String, String)> = serde_json::from_value(info["meta"].clone()).unwrap();
+    assert!(
+        meta.contains(&("cupti_dropped_records".into(), "0".into())),
+        "{meta:?}"
+    );
+    assert!(meta.contains(&("capture".into(), "all".into())), "{meta:?}");
 
     let o = Command::new(env!("CARGO_BIN_EXE_fuseprof"))
         .env("FUSEPROF_TRACER", &tracer)

@@ -68,6 +68,8 @@ pub struct Info {
     pub first_ns: Option<i64>,
     pub last_ns: Option<i64>,
     pub kernel_time_ns: i64,
+    /// Run-level facts written with [`crate::Writer::meta`], by key.
+    pub meta: Vec<(String, String)>,
 }
 
 fn not_a_store(path: &Path, reason: impl Into<String>) -> Error {
@@ -229,8 +231,20 @@ impl Store {
         Ok(Strings { values })
     }
 
+    /// Run-level facts written with [`crate::Writer::meta`] (the store's own keys left out).
+    pub fn meta(&mut self) -> Result<Vec<(String, String)>> {
+        let rows: Vec<(String, String)> = self.rt.block_on(
+            sqlx::query_as("SELECT key, value FROM meta ORDER BY key").fetch_all(&mut self.conn),
+        )?;
+        Ok(rows
+            .into_iter()
+            .filter(|(k, _)| !crate::writer::RESERVED_META.contains(&k.as_str()))
+            .collect())
+    }
+
     pub fn info(&mut self) -> Result<Info> {
         let run = self.run()?;
+        let meta = self.meta()?;
         let devices = self.devices()?;
         let q = |sql: &'static str| sqlx::query_scalar::<_, i64>(sql);
         let c = &mut self.conn;
@@ -288,6 +302,7 @@ impl Store {
             first_ns,
             last_ns,
             kernel_time_ns,
+            meta,
         })
     }
 

@@ -22,6 +22,8 @@ use crate::raw::{self, Stmt};
 use crate::{Error, Result};
 
 const BATCH_RECORDS: usize = 16 * 1024;
+/// `meta` keys that belong to the store itself.
+pub(crate) const RESERVED_META: [&str; 2] = ["format", "schema_version"];
 /// The migration that creates the tables; later ones only add indexes.
 const TABLES_MIGRATION: i64 = 1;
 const CHANNEL_BATCHES: usize = 4;
@@ -68,6 +70,7 @@ impl Batch {
 
 struct Finish {
     run: RunInfo,
+    meta: BTreeMap<String, String>,
     processes: BTreeMap<i64, Option<String>>,
     threads: BTreeMap<(i64, i64), Option<String>>,
     devices: BTreeMap<i64, Device>,
@@ -113,6 +116,7 @@ pub struct Writer {
     processes: BTreeMap<i64, Option<String>>,
     threads: BTreeMap<(i64, i64), Option<String>>,
     devices: BTreeMap<i64, Device>,
+    meta: BTreeMap<String, String>,
     link_gpu_pids: bool,
     tmp_path: PathBuf,
     final_path: PathBuf,
@@ -166,6 +170,7 @@ impl Writer {
             processes: BTreeMap::new(),
             threads: BTreeMap::new(),
             devices: BTreeMap::new(),
+            meta: BTreeMap::new(),
             link_gpu_pids: false,
             tmp_path,
             final_path: path.into(),
@@ -251,6 +256,14 @@ impl Writer {
         self.devices.insert(d.id, d);
     }
 
+    /// A run-level fact with no column of its own (e.g. `cupti_dropped_records`), kept in
+    /// the `meta` table. The store's own keys (`format`, `schema_version`) cannot be set.
+    pub fn meta(&mut self, key: &str, value: impl ToString) {
+        if !RESERVED_META.contains(&key) {
+            self.meta.insert(key.to_string(), value.to_string());
+        }
+    }
+
     /// When set, `finish` fills each kernel's and memop's missing `pid` from the API call with
     /// the same correlation id (sources such as Kineto put GPU work under a device "process").
     pub fn link_gpu_pids(&mut self, on: bool) {
@@ -305,6 +318,7 @@ impl Writer {
         self.flush()?;
         let finish = Finish {
             run,
+            meta: std::mem::take(&mut self.meta),
             processes: std::mem::take(&mut self.processes),
             threads: std::mem::take(&mut self.threads),
             devices: std::mem::take(&mut self.devices),
@@ -573,6 +587,13 @@ async fn write_finish(conn: &mut SqliteConnection, f: Finish) -> Result<()> {
     .bind(now_ns)
     .execute(&mut *conn)
     .await?;
+    for (key, value) in &f.meta {
+        sqlx::query("INSERT INTO meta (key, value) VALUES (?, ?)")
+            .bind(key)
+            .bind(value)
+            .execute(&mut *conn)
+            .await?;
+    }
     for (pid, name) in &f.processes {
         sqlx::query("INSERT INTO processes (pid, name) VALUES (?, ?)")
             .bind(pid)

@@ -66,6 +66,8 @@ fn records_round_trip_and_strings_are_shared() {
     r.depth = Some(0);
     w.range(r.clone()).unwrap();
     w.thread(42, 43, Some("main"));
+    w.meta("cupti_dropped_records", 0);
+    w.meta("schema_version", "999"); // the store's own key: ignored
     w.device(Device {
         id: 0,
         name: Some("NVIDIA H100 80GB HBM3".into()),
@@ -98,6 +100,11 @@ fn records_round_trip_and_strings_are_shared() {
     assert_eq!(info.devices[0].sm_count, Some(132));
     assert_eq!(info.run.command.as_deref(), Some("python infer.py"));
     assert_eq!(info.kernel_time_ns, 40_000 * 100);
+    assert_eq!(
+        info.meta,
+        vec![("cupti_dropped_records".to_string(), "0".to_string())]
+    );
+    assert_eq!(s.schema_version, SCHEMA_VERSION);
     // A published run is one plain file: no journal or WAL side files, even after reading.
     drop(s);
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);

@@ -328,6 +328,12 @@ pub fn run(cfg: &CollectConfig) -> Result<CollectOutcome> {
         cuda_driver_version: env::driver_version(),
         cupti_version: report.cupti_version.map(|v| v.to_string()),
     };
+    writer.meta("cupti_dropped_records", report.cupti_dropped);
+    writer.meta("nvtx_dropped_records", report.nvtx_dropped);
+    writer.meta(
+        "capture",
+        cfg.capture.env_value().unwrap_or_else(|| "all".into()),
+    );
     let counts = writer.finish(info)?;
     let output = publish(&staging, &cfg.output, cfg.overwrite, &mut warnings)?;
     let ingest_seconds = ingest_started.elapsed().as_secs_f64();
@@ -466,6 +472,8 @@ fn make_spool_dir() -> Result<PathBuf> {
 pub fn ingest_spool_dir(spool_dir: &Path, output: &Path) -> Result<Counts> {
     let mut writer = Writer::create(output, CreateOptions { overwrite: false })?;
     let report = ingest::ingest(&ingest::spool_files(spool_dir), &mut writer)?;
+    writer.meta("cupti_dropped_records", report.cupti_dropped);
+    writer.meta("nvtx_dropped_records", report.nvtx_dropped);
     Ok(writer.finish(RunInfo {
         source_format: "cupti".into(),
         start_unix_ns: report.start_unix_ns,
