@@ -1,41 +1,51 @@
 """Workloads for the collector's device checks: Swin-T / ViT-B/16 / BERT-base inference and one
 Swin-T training step, each run as `warmup` untimed steps then `steps` measured ones.
 
-  python workload.py MODEL [--steps N] [--warmup N] [--window profiler|torchprof|none]
+  python workload.py MODEL [--steps N] [--warmup N] [--batch B]
+                           [--window profiler|torchprof|torchprof_cuda|torchprof_cpu|none]
                            [--kineto OUT.json] [--timing OUT.json]
 
 --window profiler   brackets the measured steps with torch.cuda.profiler.start()/stop(), for
                     `fuseprof collect --capture cudaProfilerApi`.
 --window torchprof  runs the measured steps under torch.profiler (CPU+CUDA, record_shapes) and
                     writes the Chrome trace to --kineto and key_averages() next to it.
+--window torchprof_cuda / torchprof_cpu: the profiler with CUDA activity only / CPU ops with
+                    shapes only, for overhead comparisons.
+--window alternate  switches recording on and off every --period steps with
+                    torch.cuda.profiler.start()/stop(), for `fuseprof collect --capture
+                    cudaProfilerApi`: traced and untraced steps of one process compare without
+                    the process-to-process noise of a shared machine.
+--batch B           batch size (64 by default); batch 1 makes the loop CPU-bound, so its time
+                    per step is the host cost of one step.
+--timing            also lists each step's host-side time (no synchronisation between steps).
 """
 import argparse, json, sys, time
 
 import torch
 
 
-def build(name):
+def build(name, batch=64):
     torch.manual_seed(0)
     dev = "cuda"
     if name in ("swin", "swin_train"):
         import timm
         m = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False)
-        x = torch.randn(64, 3, 224, 224, device=dev)
+        x = torch.randn(batch, 3, 224, 224, device=dev)
     elif name == "vit":
         import timm
         m = timm.create_model("vit_base_patch16_224", pretrained=False)
-        x = torch.randn(64, 3, 224, 224, device=dev)
+        x = torch.randn(batch, 3, 224, 224, device=dev)
     elif name == "bert":
         from transformers import BertConfig, BertModel
         m = BertModel(BertConfig())
-        x = torch.randint(0, 30522, (64, 128), device=dev)
+        x = torch.randint(0, 30522, (batch, 128), device=dev)
     else:
         raise SystemExit("unknown model " + name)
     m = m.to(dev)
     if name == "swin_train":
         m.train()
         opt = torch.optim.AdamW(m.parameters(), lr=1e-4)
-        target = torch.randint(0, 1000, (64,), device=dev)
+        target = torch.randint(0, 1000, (batch,), device=dev)
         scaler = torch.amp.GradScaler("cuda")
 
         def step():
@@ -64,21 +74,40 @@ def main():
     ap.add_argument("--window", default="none")
     ap.add_argument("--kineto")
     ap.add_argument("--timing")
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--period", type=int, default=25)
     a = ap.parse_args()
-    step = build(a.model)
+    step = build(a.model, a.batch)
     for _ in range(a.warmup):
         step()
     torch.cuda.synchronize()
     prof = None
     if a.window == "profiler":
         torch.cuda.profiler.start()
-    elif a.window == "torchprof":
+    elif a.window.startswith("torchprof"):
         from torch.profiler import profile, ProfilerActivity
-        prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True)
+        acts = {"torchprof": [ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                "torchprof_cuda": [ProfilerActivity.CUDA],
+                "torchprof_cpu": [ProfilerActivity.CPU]}[a.window]
+        prof = profile(activities=acts, record_shapes=a.window != "torchprof_cuda")
         prof.__enter__()
+    ends = []
     t0 = time.perf_counter()
-    for _ in range(a.steps):
+    on = []
+    for i in range(a.steps):
+        if a.window == "alternate" and i % a.period == 0:
+            # Switch at a quiet point, so no step pays for the other half's queued work.
+            torch.cuda.synchronize()
+            if (i // a.period) % 2 == 0:
+                torch.cuda.profiler.start()
+            else:
+                torch.cuda.profiler.stop()
+            t_switch = time.perf_counter()
+            ends.append(t_switch)
+            on.append(None)
         step()
+        ends.append(time.perf_counter())
+        on.append(a.window != "alternate" or (i // a.period) % 2 == 0)
     torch.cuda.synchronize()
     t1 = time.perf_counter()
     if a.window == "profiler":
@@ -103,7 +132,11 @@ def main():
             json.dump(rows, f)
     if a.timing:
         with open(a.timing, "w") as f:
-            json.dump({"model": a.model, "steps": a.steps, "per_iter_ms": per_iter_ms}, f)
+            iter_ms = [round((b - e) * 1000, 4) for e, b in zip([t0] + ends, ends)]
+            keep = [(m, o) for m, o in zip(iter_ms, on) if o is not None]
+            json.dump({"model": a.model, "batch": a.batch, "steps": a.steps,
+                       "per_iter_ms": per_iter_ms, "iter_ms": [m for m, _ in keep],
+                       "recording": [o for _, o in keep]}, f)
     print(json.dumps({"model": a.model, "window": a.window, "steps": a.steps, "per_iter_ms": per_iter_ms}), file=sys.stderr)
 
 

@@ -26,7 +26,7 @@ static ACTIVE: AtomicBool = AtomicBool::new(false);
 static SUBSCRIBER: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
 pub static VERSION: AtomicU32 = AtomicU32::new(0);
 
-/// The kinds recorded while capturing.
+/// The kinds recorded while capturing (all of them unless FUSEPROF_CUPTI_KINDS narrows it).
 const RECORDED: [K; 7] = [
     K::CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
     K::CUPTI_ACTIVITY_KIND_MEMCPY,
@@ -36,6 +36,33 @@ const RECORDED: [K; 7] = [
     K::CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,
     K::CUPTI_ACTIVITY_KIND_OVERHEAD,
 ];
+
+/// The names FUSEPROF_CUPTI_KINDS accepts, in RECORDED's order.
+const KIND_NAMES: [&str; 7] = [
+    "kernel", "memcpy", "memset", "runtime", "driver", "sync", "overhead",
+];
+
+/// The kinds to record: FUSEPROF_CUPTI_KINDS (a comma list of KIND_NAMES, or "none") is a
+/// diagnostic for measuring what each kind costs; unset means all of them.
+fn recorded_kinds() -> &'static [K] {
+    static KINDS: std::sync::OnceLock<Vec<K>> = std::sync::OnceLock::new();
+    KINDS.get_or_init(|| match std::env::var("FUSEPROF_CUPTI_KINDS") {
+        Ok(list) => {
+            let wanted: Vec<&str> = list.split(',').map(str::trim).collect();
+            RECORDED
+                .iter()
+                .zip(KIND_NAMES)
+                .filter(|(_, n)| wanted.contains(n))
+                .map(|(k, _)| *k)
+                .collect()
+        }
+        Err(_) => RECORDED.to_vec(),
+    })
+}
+
+fn env_flag(name: &str) -> bool {
+    std::env::var_os(name).is_some_and(|v| !v.is_empty() && v != "0")
+}
 
 const RAW_MEMCPY: u32 = 1;
 const RAW_MEMSET: u32 = 2;
@@ -165,6 +192,37 @@ pub fn start(t: &'static Tracer) {
         );
         return;
     }
+    // Diagnostics for measuring CUPTI's own cost (collector/README.md), set before any kind
+    // is enabled.
+    if env_flag("FUSEPROF_CUPTI_PER_THREAD") {
+        set_attribute(
+            t,
+            sys::CUpti_ActivityAttribute::CUPTI_ACTIVITY_ATTR_PER_THREAD_ACTIVITY_BUFFER,
+            1,
+        );
+    }
+    // CUPTI zeroes each activity buffer before use by default; on the H100 that cost the Swin-T
+    // loop most of its tracing overhead (collector/README.md). Our buffers are zeroed once when
+    // allocated and records are read only up to the valid size, so the zeroing is not needed.
+    // FUSEPROF_CUPTI_ZERO=1 restores CUPTI's default, for measuring it.
+    if !env_flag("FUSEPROF_CUPTI_ZERO") {
+        set_attribute(
+            t,
+            sys::CUpti_ActivityAttribute::CUPTI_ACTIVITY_ATTR_ZEROED_OUT_ACTIVITY_BUFFER,
+            0,
+        );
+    }
+    if env_flag("FUSEPROF_CUPTI_HW_TRACE") {
+        // SAFETY: plain CUPTI call.
+        let r = unsafe { sys::cuptiActivityEnableHWTrace(1) };
+        if r != CUptiResult::CUPTI_SUCCESS {
+            status(
+                t,
+                1,
+                &format!("cuptiActivityEnableHWTrace: {}", result_text(r)),
+            );
+        }
+    }
     ACTIVE.store(true, Ordering::Release);
     // SAFETY: plain CUPTI calls with known kinds.
     unsafe {
@@ -174,9 +232,20 @@ pub fn start(t: &'static Tracer) {
         );
         sys::cuptiActivityEnable(K::CUPTI_ACTIVITY_KIND_DEVICE);
         sys::cuptiActivityEnable(K::CUPTI_ACTIVITY_KIND_CONTEXT);
-        // Hand partly filled buffers over every second, so a crash loses at most that much.
-        sys::cuptiActivityFlushPeriod(1000);
+        // No periodic flush by default: CUPTI's flush thread contends with the program's
+        // launches (on the H100, Swin-T with shapes: +110 % with a 1 s period, +71 % without;
+        // collector/README.md). Buffers still reach us when full, at cudaProfilerStop, at exit
+        // and on SIGINT/SIGTERM; a SIGKILL loses what CUPTI held in its partly filled buffer.
+        // FUSEPROF_CUPTI_FLUSH_PERIOD_MS=N turns the periodic hand-over back on.
+        let period = std::env::var("FUSEPROF_CUPTI_FLUSH_PERIOD_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0u32);
+        if period > 0 {
+            sys::cuptiActivityFlushPeriod(period);
+        }
     }
+    prefill_pool();
     if CAPTURING.load(Ordering::Acquire) {
         enable_recorded(true, t);
     }
@@ -295,7 +364,7 @@ fn quiet_cbids() -> &'static [(bool, u32)] {
 }
 
 fn enable_recorded(on: bool, t: &'static Tracer) {
-    for kind in RECORDED {
+    for &kind in recorded_kinds() {
         // SAFETY: known activity kinds.
         let r = unsafe {
             if on {
@@ -395,14 +464,47 @@ unsafe extern "C" fn api_callback(_ud: *mut c_void, domain: u32, cbid: u32, data
     });
 }
 
+/// Buffers CUPTI handed back, kept for reuse: a fresh 8 MB allocation is faulted in page by
+/// page by whichever thread CUPTI is recording on (the program's own), which shows up as a
+/// stall in the traced loop.
+static POOL: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+/// Buffers kept in the pool at most; more than this in flight are freed when returned.
+const POOL_MAX: usize = 16;
+/// Buffers allocated and touched when tracing starts.
+const POOL_PREFILL: usize = 4;
+
+fn layout() -> Layout {
+    // SAFETY: constant, non-zero size and a power-of-two alignment.
+    unsafe { Layout::from_size_align_unchecked(BUFFER_BYTES, BUFFER_ALIGN) }
+}
+
+/// A new buffer with every page already faulted in, or null.
+fn new_buffer() -> *mut u8 {
+    // SAFETY: non-zero layout.
+    let p = unsafe { alloc(layout()) };
+    if !p.is_null() {
+        // SAFETY: p holds BUFFER_BYTES bytes.
+        unsafe { std::ptr::write_bytes(p, 0, BUFFER_BYTES) };
+    }
+    p
+}
+
+fn prefill_pool() {
+    let mut fresh: Vec<usize> = (0..POOL_PREFILL)
+        .map(|_| new_buffer() as usize)
+        .filter(|&p| p != 0)
+        .collect();
+    if let Ok(mut pool) = POOL.lock() {
+        pool.append(&mut fresh);
+    }
+}
+
 unsafe extern "C" fn buffer_requested(buffer: *mut *mut u8, size: *mut usize, max: *mut usize) {
     let _ = std::panic::catch_unwind(|| {
-        // SAFETY: constant, valid layout; out pointers come from CUPTI.
+        let reused = POOL.lock().ok().and_then(|mut p| p.pop());
+        let p = reused.map_or_else(new_buffer, |p| p as *mut u8);
+        // SAFETY: out pointers come from CUPTI.
         unsafe {
-            let p = alloc(Layout::from_size_align_unchecked(
-                BUFFER_BYTES,
-                BUFFER_ALIGN,
-            ));
             *buffer = p;
             *size = if p.is_null() { 0 } else { BUFFER_BYTES };
             *max = 0;
@@ -437,15 +539,32 @@ unsafe extern "C" fn buffer_completed(
     });
 }
 
+/// Returns a buffer to the pool (or frees it when the pool is full).
 pub fn free_buffer(p: *mut u8) {
-    if !p.is_null() {
-        // SAFETY: every buffer came from buffer_requested with this layout.
-        unsafe {
-            dealloc(
-                p,
-                Layout::from_size_align_unchecked(BUFFER_BYTES, BUFFER_ALIGN),
-            )
-        };
+    if p.is_null() {
+        return;
+    }
+    if let Ok(mut pool) = POOL.lock() {
+        if pool.len() < POOL_MAX {
+            pool.push(p as usize);
+            return;
+        }
+    }
+    // SAFETY: every buffer came from new_buffer with this layout.
+    unsafe { dealloc(p, layout()) };
+}
+
+fn set_attribute(t: &'static Tracer, attr: sys::CUpti_ActivityAttribute, value: u8) {
+    let mut v = value;
+    let mut size = std::mem::size_of::<u8>();
+    // SAFETY: a valid value pointer and its size.
+    let r = unsafe { sys::cuptiActivitySetAttribute(attr, &mut size, (&mut v as *mut u8).cast()) };
+    if r != CUptiResult::CUPTI_SUCCESS {
+        status(
+            t,
+            1,
+            &format!("cuptiActivitySetAttribute({attr:?}): {}", result_text(r)),
+        );
     }
 }
 

@@ -39,6 +39,8 @@ pub(crate) struct Tracer {
     file: Mutex<Option<File>>,
     /// Encoded records from NVTX and other host-side sources.
     pub pending: Mutex<Vec<u8>>,
+    /// The buffer `pending` is swapped with at each drain (only the writer touches it).
+    spare: Mutex<Vec<u8>>,
     /// Completed CUPTI buffers: (pointer, valid bytes), freed after decoding.
     pub cupti_buffers: Mutex<Vec<(usize, usize)>>,
     pub cupti_dropped: AtomicU64,
@@ -149,6 +151,7 @@ fn install(spool_dir: PathBuf) {
         spool_dir,
         file: Mutex::new(None),
         pending: Mutex::new(Vec::with_capacity(1 << 20)),
+        spare: Mutex::new(Vec::with_capacity(1 << 20)),
         cupti_buffers: Mutex::new(Vec::new()),
         cupti_dropped: AtomicU64::new(0),
         nvtx_dropped: AtomicU64::new(0),
@@ -228,20 +231,31 @@ impl Tracer {
             cupti::decode_buffer(ptr as *mut u8, valid, &mut out);
             cupti::free_buffer(ptr as *mut u8);
         }
+        // The host records are swapped out, not copied, so the program's threads wait on the
+        // lock only for a pointer swap, and keep writing into memory that is already faulted
+        // in. Order between the two parts does not matter for meaning: the strings and domains
+        // records define are looked up by the reader only after the whole file is read.
+        let mut host = self
+            .spare
+            .lock()
+            .map(|mut s| std::mem::take(&mut *s))
+            .unwrap_or_default();
+        host.clear();
         if let Ok(mut p) = self.pending.lock() {
-            // Host records first: the strings and domains they define are looked up by the
-            // reader only after the whole file is read, so order does not matter for meaning.
-            out.extend_from_slice(&p);
-            p.clear();
+            std::mem::swap(&mut *p, &mut host);
         }
-        if out.is_empty() {
-            return;
+        if !out.is_empty() || !host.is_empty() {
+            if file.is_none() {
+                *file = self.open_spool();
+            }
+            if let Some(f) = file.as_mut() {
+                let _ = f.write_all(&out);
+                let _ = f.write_all(&host);
+            }
         }
-        if file.is_none() {
-            *file = self.open_spool();
-        }
-        if let Some(f) = file.as_mut() {
-            let _ = f.write_all(&out);
+        host.clear();
+        if let Ok(mut s) = self.spare.lock() {
+            *s = host;
         }
     }
 
