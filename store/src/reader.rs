@@ -10,6 +10,23 @@ use crate::model::*;
 use crate::raw::Stmt;
 use crate::{Error, Result, SCHEMA_VERSION};
 
+/// `ranges.kind` as stored; what [`RangeKind::parse`] gives for the same text, without the
+/// UTF-8 check and the string compares.
+fn range_kind(text: &[u8]) -> RangeKind {
+    match text {
+        b"nvtx_push_pop" => RangeKind::NvtxPushPop,
+        b"nvtx_start_end" => RangeKind::NvtxStartEnd,
+        b"nvtx_mark" => RangeKind::NvtxMark,
+        b"cpu_op" => RangeKind::CpuOp,
+        b"user_annotation" => RangeKind::UserAnnotation,
+        b"gpu_user_annotation" => RangeKind::GpuUserAnnotation,
+        b"python_function" => RangeKind::PythonFunction,
+        b"cuda_sync" => RangeKind::CudaSync,
+        b"instant" => RangeKind::Instant,
+        _ => RangeKind::Other,
+    }
+}
+
 /// An open, complete run.
 pub struct Store {
     path: PathBuf,
@@ -431,6 +448,68 @@ impl Store {
         )
     }
 
+    /// Every range and mark, in the order they were written, with only the columns of
+    /// [`LeanRange`]: what [`Store::for_each_range`] gives, faster.
+    pub fn for_each_lean_range(&mut self, mut f: impl FnMut(&LeanRange)) -> Result<()> {
+        // Columns in table order: SQLite decodes a record's header up to the last column read.
+        self.scan(
+            "SELECT kind, start_ns, end_ns, pid, tid, domain_id, name_id, category_id, \
+             input_dims_id, input_types_id FROM ranges ORDER BY id",
+            |s| {
+                f(&LeanRange {
+                    kind: range_kind(s.col_bytes(0)),
+                    start_ns: s.col_i64(1),
+                    end_ns: s.col_opt_i64(2),
+                    pid: s.col_i64(3),
+                    tid: s.col_i64(4),
+                    domain: s.col_opt_i64(5).map(StrId),
+                    name: StrId(s.col_i64(6)),
+                    category: s.col_opt_i64(7).map(StrId),
+                    input_dims: s.col_opt_i64(8).map(StrId),
+                    input_types: s.col_opt_i64(9).map(StrId),
+                })
+            },
+        )
+    }
+
+    /// Every CUDA API call that has a correlation id, in the order they were written, with only
+    /// the columns of [`LeanLaunch`].
+    pub fn for_each_lean_launch(&mut self, mut f: impl FnMut(&LeanLaunch)) -> Result<()> {
+        self.scan(
+            "SELECT start_ns, pid, tid, correlation_id FROM api_calls ORDER BY id",
+            |s| {
+                if let Some(correlation_id) = s.col_opt_i64(3) {
+                    f(&LeanLaunch {
+                        start_ns: s.col_i64(0),
+                        pid: s.col_i64(1),
+                        tid: s.col_i64(2),
+                        correlation_id,
+                    })
+                }
+            },
+        )
+    }
+
+    /// Every kernel, in the order they were written, with only the columns of [`LeanKernel`].
+    pub fn for_each_lean_kernel(&mut self, mut f: impl FnMut(&LeanKernel)) -> Result<()> {
+        self.scan(
+            "SELECT start_ns, end_ns, device_id, pid, correlation_id, external_id, name_id, \
+             graph_id FROM kernels ORDER BY id",
+            |s| {
+                f(&LeanKernel {
+                    start_ns: s.col_i64(0),
+                    end_ns: s.col_i64(1),
+                    device_id: s.col_i64(2),
+                    pid: s.col_opt_i64(3),
+                    correlation_id: s.col_opt_i64(4),
+                    external_id: s.col_opt_i64(5),
+                    name: StrId(s.col_i64(6)),
+                    graph_id: s.col_opt_i64(7),
+                })
+            },
+        )
+    }
+
     /// Every flow end, in the order they were written.
     pub fn for_each_flow(&mut self, mut f: impl FnMut(Flow)) -> Result<()> {
         self.scan(
@@ -449,5 +528,172 @@ impl Store {
                 })
             },
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{CreateOptions, Writer};
+
+    /// A run whose rows mix every range kind, NULL and non-NULL values in every nullable column
+    /// the lean scans read, and API calls with and without correlation ids.
+    fn varied_run(path: &Path, rows: i64) {
+        let mut w = Writer::create(path, CreateOptions::default()).unwrap();
+        let names: Vec<StrId> = (0..7).map(|i| w.intern(&format!("name {i}"))).collect();
+        // A small deterministic generator: each row's choices differ, no two runs differ.
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        for i in 0..rows {
+            let t = i * 1_000;
+            let mut opt = |v: i64| (next(3) != 0).then_some(v);
+            let mut r = Range::new(
+                RangeKind::ALL[i as usize % RangeKind::ALL.len()],
+                names[i as usize % names.len()],
+                1 + i % 2,
+                10 + i % 3,
+                t,
+            );
+            r.end_ns = opt(t + 500);
+            r.end_tid = opt(11);
+            r.domain = opt(1).map(|_| names[1]);
+            r.category = opt(1).map(|_| names[2]);
+            r.color = opt(0xff00ff);
+            r.depth = opt(i % 4);
+            r.external_id = opt(i);
+            r.correlation_id = opt(i + 7);
+            r.input_dims = opt(1).map(|_| names[3]);
+            r.input_types = opt(1).map(|_| names[4]);
+            w.range(r).unwrap();
+            w.api_call(ApiCall {
+                api: if i % 5 == 0 {
+                    Api::Driver
+                } else {
+                    Api::Runtime
+                },
+                start_ns: t + 10,
+                end_ns: t + 20,
+                pid: 1 + i % 2,
+                tid: 10 + i % 3,
+                correlation_id: opt(i),
+                external_id: opt(i + 1),
+                name: names[5],
+                return_code: opt(0),
+            })
+            .unwrap();
+            w.kernel(Kernel {
+                start_ns: t + 100,
+                end_ns: t + 100 + i % 50,
+                device_id: i % 2,
+                stream_id: 7 + i % 3,
+                pid: opt(1 + i % 2),
+                correlation_id: opt(i),
+                external_id: opt(i + 1),
+                name: names[6],
+                grid: opt(1).map(|_| [i, 1, 1]),
+                block: opt(1).map(|_| [256, 1, 1]),
+                registers_per_thread: opt(32),
+                static_smem_bytes: opt(0),
+                dynamic_smem_bytes: opt(1024),
+                graph_id: opt(3),
+            })
+            .unwrap();
+        }
+        w.finish(RunInfo {
+            source_format: "cupti".into(),
+            ..Default::default()
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn range_kinds_read_as_parse_reads_them() {
+        for k in RangeKind::ALL {
+            assert_eq!(range_kind(k.as_str().as_bytes()), k);
+        }
+        for other in ["", "cpu_op ", "CPU_OP", "gpu_memcpy", "\u{e9}"] {
+            assert_eq!(
+                range_kind(other.as_bytes()),
+                RangeKind::parse(other).unwrap_or(RangeKind::Other)
+            );
+        }
+    }
+
+    #[test]
+    fn lean_scans_give_the_full_scans_columns() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.sqlite");
+        varied_run(&path, 3_000);
+        let mut s = Store::open(&path).unwrap();
+
+        let mut full = Vec::new();
+        s.for_each_range(|r| {
+            full.push(LeanRange {
+                kind: r.kind,
+                start_ns: r.start_ns,
+                end_ns: r.end_ns,
+                pid: r.pid,
+                tid: r.tid,
+                domain: r.domain,
+                name: r.name,
+                category: r.category,
+                input_dims: r.input_dims,
+                input_types: r.input_types,
+            })
+        })
+        .unwrap();
+        let mut lean = Vec::new();
+        s.for_each_lean_range(|r| lean.push(*r)).unwrap();
+        assert_eq!(full.len(), 3_000);
+        assert_eq!(lean, full);
+        // Every kind and both NULL and non-NULL in each nullable column were written.
+        assert!(RangeKind::ALL
+            .iter()
+            .all(|k| lean.iter().any(|r| r.kind == *k)));
+        assert!(lean.iter().any(|r| r.input_types.is_none()));
+        assert!(lean.iter().any(|r| r.input_types.is_some()));
+
+        let mut full = Vec::new();
+        s.for_each_api_call(|a| {
+            if let Some(correlation_id) = a.correlation_id {
+                full.push(LeanLaunch {
+                    start_ns: a.start_ns,
+                    pid: a.pid,
+                    tid: a.tid,
+                    correlation_id,
+                });
+            }
+        })
+        .unwrap();
+        let mut lean = Vec::new();
+        s.for_each_lean_launch(|a| lean.push(*a)).unwrap();
+        assert!(!lean.is_empty() && lean.len() < 3_000);
+        assert_eq!(lean, full);
+
+        let mut full = Vec::new();
+        s.for_each_kernel(|k| {
+            full.push(LeanKernel {
+                start_ns: k.start_ns,
+                end_ns: k.end_ns,
+                device_id: k.device_id,
+                pid: k.pid,
+                correlation_id: k.correlation_id,
+                external_id: k.external_id,
+                name: k.name,
+                graph_id: k.graph_id,
+            })
+        })
+        .unwrap();
+        let mut lean = Vec::new();
+        s.for_each_lean_kernel(|k| lean.push(*k)).unwrap();
+        assert_eq!(full.len(), 3_000);
+        assert_eq!(lean, full);
+        assert!(lean.iter().any(|k| k.graph_id.is_none()));
+        assert!(lean.iter().any(|k| k.graph_id.is_some()));
     }
 }
