@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use fuseprof_store::{Kernel, Memop, MemopKind, Store};
+use fuseprof_store::{Kernel, LeanKernel, Memop, MemopKind, Store};
 
 use crate::classify::{Class, LaunchShape, Rules};
 use crate::ops::{parse_range_name, step_family, Names, Tree, NONE};
@@ -172,33 +172,34 @@ pub(crate) fn attribute(
     tree: &mut Tree,
     names: &mut Names,
     rules: &Rules,
+    clock: &mut std::time::Instant,
 ) -> Result<Attributed> {
     let mut launches = Vec::new();
     let mut last: Option<((i64, i64), u32)> = None;
-    store.for_each_api_call(|a| {
-        if let Some(c) = a.correlation_id {
-            // A thread without ranges still launches; its work is then outside any range.
-            let thread = match last {
-                Some((key, t)) if key == (a.pid, a.tid) => t,
-                _ => {
-                    let t = tree.add_thread(a.pid, a.tid);
-                    last = Some(((a.pid, a.tid), t));
-                    t
-                }
-            };
-            launches.push(Launch {
-                correlation_id: c,
-                start_ns: a.start_ns,
-                thread,
-            });
-        }
+    store.for_each_lean_launch(|a| {
+        // A thread without ranges still launches; its work is then outside any range.
+        let thread = match last {
+            Some((key, t)) if key == (a.pid, a.tid) => t,
+            _ => {
+                let t = tree.add_thread(a.pid, a.tid);
+                last = Some(((a.pid, a.tid), t));
+                t
+            }
+        };
+        launches.push(Launch {
+            correlation_id: a.correlation_id,
+            start_ns: a.start_ns,
+            thread,
+        });
     })?;
+    crate::lap(clock, "api calls scan");
     let tree: &Tree = tree;
     let thread_pid: Vec<i64> = tree.threads.iter().map(|t| t.0).collect();
     // Runtimes hand out correlation ids in call order, so this is usually sorted already.
     if !launches.is_sorted_by_key(|l| (l.correlation_id, l.thread)) {
         launches.sort_unstable_by_key(|l| (l.correlation_id, l.thread));
     }
+    crate::lap(clock, "launch sort");
     let used = vec![0u64; launches.len().div_ceil(64)];
     let mut j = Joiner {
         tree,
@@ -220,25 +221,7 @@ pub(crate) fn attribute(
         launch_hint: 0,
         range_hints: vec![0; tree.threads.len()],
     };
-    let mut class_of: HashMap<u32, Class> = HashMap::new();
-    let shape_rules = rules.uses_shape();
-    store.for_each_kernel(|k: Kernel| {
-        let name = k.name.0 as u32;
-        let class = if shape_rules {
-            let shape = LaunchShape {
-                grid: k.grid,
-                block: k.block,
-                smem_bytes: match (k.static_smem_bytes, k.dynamic_smem_bytes) {
-                    (None, None) => None,
-                    (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
-                },
-            };
-            rules.classify(names.get(name), &shape)
-        } else {
-            *class_of
-                .entry(name)
-                .or_insert_with(|| rules.classify(names.get(name), &LaunchShape::default()))
-        };
+    let push_kernel = |j: &mut Joiner<'_>, k: &LeanKernel, class: Class| {
         let flags = KIND_KERNEL | if k.graph_id.is_some() { FLAG_GRAPH } else { 0 };
         j.push(
             k.start_ns,
@@ -247,11 +230,46 @@ pub(crate) fn attribute(
             k.pid,
             k.correlation_id,
             k.external_id,
-            name,
+            k.name.0 as u32,
             class,
             flags,
         );
-    })?;
+    };
+    if rules.uses_shape() {
+        // Rules that look at launch shapes need the kernel's every column.
+        store.for_each_kernel(|k: Kernel| {
+            let shape = LaunchShape {
+                grid: k.grid,
+                block: k.block,
+                smem_bytes: match (k.static_smem_bytes, k.dynamic_smem_bytes) {
+                    (None, None) => None,
+                    (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+                },
+            };
+            let class = rules.classify(names.get(k.name.0 as u32), &shape);
+            let lean = LeanKernel {
+                start_ns: k.start_ns,
+                end_ns: k.end_ns,
+                device_id: k.device_id,
+                pid: k.pid,
+                correlation_id: k.correlation_id,
+                external_id: k.external_id,
+                name: k.name,
+                graph_id: k.graph_id,
+            };
+            push_kernel(&mut j, &lean, class);
+        })?;
+    } else {
+        let mut class_of: HashMap<u32, Class> = HashMap::new();
+        store.for_each_lean_kernel(|k| {
+            let name = k.name.0 as u32;
+            let class = *class_of
+                .entry(name)
+                .or_insert_with(|| rules.classify(names.get(name), &LaunchShape::default()));
+            push_kernel(&mut j, k, class);
+        })?;
+    }
+    crate::lap(clock, "kernels scan and join");
     let mut memop_names: HashMap<String, u32> = HashMap::new();
     let mut memops = Vec::new();
     store.for_each_memop(|m: Memop| memops.push(m))?;
@@ -284,10 +302,12 @@ pub(crate) fn attribute(
             kind,
         );
     }
+    crate::lap(clock, "memops scan and join");
     if !j.pending.is_empty() {
         resolve_external_ids(store, tree, names, &mut j)?;
     }
     j.out.devices = std::mem::take(&mut j.devices);
+    crate::lap(clock, "external ids");
     Ok(j.out)
 }
 
