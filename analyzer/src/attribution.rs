@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use fuseprof_store::{Kernel, LeanKernel, Memop, MemopKind, Store};
+use fuseprof_store::{CopyKind, Kernel, LeanKernel, Memop, MemopKind, Store};
 
 use crate::classify::{Class, LaunchShape, Rules};
 use crate::ops::{parse_range_name, step_family, Names, Tree, NONE};
@@ -67,6 +67,8 @@ struct Joiner<'a> {
     thread_pid: Vec<i64>,
     devices: Vec<i64>,
     device_index: HashMap<i64, u16>,
+    /// The device of the previous record (records mostly come device by device).
+    last_device: Option<(i64, u16)>,
     out: Attributed,
     /// Items without a launch record but with an External id: (item, pid, external id).
     pending: Vec<(u32, Option<i64>, i64)>,
@@ -77,6 +79,17 @@ struct Joiner<'a> {
 
 impl Joiner<'_> {
     fn device(&mut self, id: i64) -> u16 {
+        if let Some(&(last_id, d)) = self.last_device.as_ref() {
+            if last_id == id {
+                return d;
+            }
+        }
+        let d = self.device_slow(id);
+        self.last_device = Some((id, d));
+        d
+    }
+
+    fn device_slow(&mut self, id: i64) -> u16 {
         let next = self.devices.len() as u16;
         let d = *self.device_index.entry(id).or_insert(next);
         if d == next {
@@ -208,6 +221,7 @@ pub(crate) fn attribute(
         thread_pid,
         devices: Vec::new(),
         device_index: HashMap::new(),
+        last_device: None,
         out: Attributed {
             items: Vec::new(),
             devices: Vec::new(),
@@ -260,34 +274,40 @@ pub(crate) fn attribute(
             push_kernel(&mut j, &lean, class);
         })?;
     } else {
-        let mut class_of: HashMap<u32, Class> = HashMap::new();
+        // The class of each store name, computed once per name.
+        let mut class_of: Vec<Option<Class>> = vec![None; names.base_len() as usize + 1];
         store.for_each_lean_kernel(|k| {
             let name = k.name.0 as u32;
-            let class = *class_of
-                .entry(name)
-                .or_insert_with(|| rules.classify(names.get(name), &LaunchShape::default()));
+            let classify = || rules.classify(names.get(name), &LaunchShape::default());
+            let class = match class_of.get_mut(name as usize) {
+                Some(Some(c)) => *c,
+                Some(slot) => *slot.insert(classify()),
+                None => classify(),
+            };
             push_kernel(&mut j, k, class);
         })?;
     }
     crate::lap(clock, "kernels scan and join");
-    let mut memop_names: HashMap<String, u32> = HashMap::new();
-    let mut memops = Vec::new();
-    store.for_each_memop(|m: Memop| memops.push(m))?;
-    for m in memops {
-        let (label, class, kind) = match m.kind {
-            MemopKind::Memcpy => (
-                format!("Memcpy {}", m.copy_kind.map_or("Unknown", |c| c.as_str())),
-                Class::Memcpy,
-                KIND_MEMCPY,
-            ),
-            MemopKind::Memset => ("Memset".to_string(), Class::Memset, KIND_MEMSET),
+    // The synthetic name of each (kind, copy kind), interned the first time it is met.
+    let mut memop_names: Vec<((MemopKind, Option<CopyKind>), u32)> = Vec::new();
+    store.for_each_memop(|m: Memop| {
+        let (class, kind) = match m.kind {
+            MemopKind::Memset => (Class::Memset, KIND_MEMSET),
+            MemopKind::Memcpy => (Class::Memcpy, KIND_MEMCPY),
         };
-        let name = match memop_names.get(&label) {
-            Some(&n) => n,
+        let key = (m.kind, m.copy_kind.filter(|_| m.kind == MemopKind::Memcpy));
+        let name = match memop_names.iter().find(|(k, _)| *k == key) {
+            Some(&(_, name)) => name,
             None => {
-                let n = names.intern(&label, None);
-                memop_names.insert(label, n);
-                n
+                let label = match m.kind {
+                    MemopKind::Memset => "Memset".to_string(),
+                    MemopKind::Memcpy => {
+                        format!("Memcpy {}", m.copy_kind.map_or("Unknown", |c| c.as_str()))
+                    }
+                };
+                let name = names.intern(&label, None);
+                memop_names.push((key, name));
+                name
             }
         };
         j.push(
@@ -301,7 +321,7 @@ pub(crate) fn attribute(
             class,
             kind,
         );
-    }
+    })?;
     crate::lap(clock, "memops scan and join");
     if !j.pending.is_empty() {
         resolve_external_ids(store, tree, names, &mut j)?;
