@@ -35,7 +35,14 @@ pub(crate) struct Item {
     pub device: u16,
     pub class: Class,
     pub flags: u8,
+    /// Position in the order records were read (in what would be padding).
+    pub seq: u32,
 }
+
+// `seq` fills padding: the records keep their size, and with it the code path that sorting
+// them with `sort_unstable_by_key` takes (see `crate::sort`).
+const _: () = assert!(std::mem::size_of::<Item>() == 40);
+const _: () = assert!(std::mem::size_of::<Launch>() == 24);
 
 impl Item {
     pub fn kind(&self) -> u8 {
@@ -48,6 +55,8 @@ struct Launch {
     correlation_id: i64,
     start_ns: i64,
     thread: u32,
+    /// Position in the order calls were read (in what would be padding).
+    seq: u32,
 }
 
 pub(crate) struct Attributed {
@@ -175,6 +184,7 @@ impl Joiner<'_> {
             device,
             class,
             flags,
+            seq: self.out.items.len() as u32,
         });
     }
 }
@@ -203,6 +213,7 @@ pub(crate) fn attribute(
             correlation_id: a.correlation_id,
             start_ns: a.start_ns,
             thread,
+            seq: launches.len() as u32,
         });
     })?;
     crate::lap(clock, "api calls scan");
@@ -210,7 +221,12 @@ pub(crate) fn attribute(
     let thread_pid: Vec<i64> = tree.threads.iter().map(|t| t.0).collect();
     // Runtimes hand out correlation ids in call order, so this is usually sorted already.
     if !launches.is_sorted_by_key(|l| (l.correlation_id, l.thread)) {
-        launches.sort_unstable_by_key(|l| (l.correlation_id, l.thread));
+        let path = crate::sort::sort_like_unstable(
+            &mut launches,
+            |l| (l.correlation_id, l.thread),
+            |l| l.seq,
+        );
+        tracing::debug!("launches sorted: {path:?}");
     }
     crate::lap(clock, "launch sort");
     let used = vec![0u64; launches.len().div_ceil(64)];

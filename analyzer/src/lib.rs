@@ -39,6 +39,7 @@ pub mod headroom;
 pub mod hotspots;
 pub mod ops;
 mod report;
+mod sort;
 pub mod steps;
 
 use std::path::Path;
@@ -435,7 +436,12 @@ pub fn analyze_with_rules(
         items.retain(|it| in_scope(it.launch_ns));
     }
     if !items.is_sorted_by_key(|it| (it.device, it.start_ns, it.dur_ns)) {
-        items.sort_unstable_by_key(|it| (it.device, it.start_ns, it.dur_ns));
+        let path = sort::sort_like_unstable(
+            &mut items,
+            |it| (it.device, it.start_ns, it.dur_ns),
+            |it| it.seq,
+        );
+        tracing::debug!("GPU records sorted: {path:?}");
     }
 
     lap(&mut clock, "scope and item sort");
