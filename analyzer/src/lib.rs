@@ -404,8 +404,9 @@ pub fn analyze_with_rules(
             launches: 0,
         })
         .collect();
+    let mut hint = 0;
     for it in &items {
-        if let Some(s) = steps::window_of(&found.windows, it.launch_ns) {
+        if let Some(s) = steps::window_of(&found.windows, it.launch_ns, &mut hint) {
             step_rows[s].gpu_ns += it.dur_ns;
             step_rows[s].records += 1;
             step_rows[s].launches += u64::from(it.flags & attribution::FLAG_NEW_LAUNCH != 0);
