@@ -372,3 +372,18 @@ pub struct LeanKernel {
     pub name: StrId,
     pub graph_id: Option<i64>,
 }
+
+/// The columns of a [`Memop`] that attributing GPU time needs (no stream, bytes or value),
+/// read by [`crate::Store::for_each_lean_memop`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeanMemop {
+    pub kind: MemopKind,
+    pub start_ns: i64,
+    pub end_ns: i64,
+    pub device_id: i64,
+    pub pid: Option<i64>,
+    pub correlation_id: Option<i64>,
+    pub external_id: Option<i64>,
+    /// Memcpy only.
+    pub copy_kind: Option<CopyKind>,
+}

@@ -131,6 +131,17 @@ impl<'h> Stmt<'h> {
         }
     }
 
+    /// The bytes of a text or blob column, without the UTF-8 check of [`Stmt::col_text`];
+    /// `None` for NULL.
+    pub(crate) fn col_opt_bytes(&self, i: c_int) -> Option<&[u8]> {
+        // SAFETY: as in `col_i64`.
+        if unsafe { ffi::sqlite3_column_type(self.stmt.as_ptr(), i) } == ffi::SQLITE_NULL {
+            None
+        } else {
+            Some(self.col_bytes(i))
+        }
+    }
+
     /// The bytes of a text or blob column, without the UTF-8 check of [`Stmt::col_text`]; empty
     /// for NULL and for an empty value.
     pub(crate) fn col_bytes(&self, i: c_int) -> &[u8] {

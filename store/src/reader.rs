@@ -94,6 +94,24 @@ const API_CALLS: Table = Table {
     ],
 };
 
+const MEMOPS: Table = Table {
+    name: "memops",
+    columns: &[
+        "id",
+        "kind",
+        "start_ns",
+        "end_ns",
+        "device_id",
+        "stream_id",
+        "pid",
+        "correlation_id",
+        "external_id",
+        "bytes",
+        "copy_kind",
+        "value",
+    ],
+};
+
 const KERNELS: Table = Table {
     name: "kernels",
     columns: &[
@@ -752,6 +770,47 @@ impl Store {
         )
     }
 
+    /// Every memcpy and memset, in the order they were written, with only the columns of
+    /// [`LeanMemop`].
+    pub fn for_each_lean_memop(&mut self, f: impl FnMut(&LeanMemop)) -> Result<()> {
+        // Text read as for_each_memop reads it: invalid UTF-8 as no text.
+        let kind = |b: &[u8]| {
+            std::str::from_utf8(b)
+                .ok()
+                .and_then(MemopKind::parse)
+                .unwrap_or(MemopKind::Memcpy)
+        };
+        let copy_kind = |b: &[u8]| std::str::from_utf8(b).ok().map(CopyKind::parse);
+        self.lean_scan(
+            &MEMOPS,
+            "SELECT kind, start_ns, end_ns, device_id, pid, correlation_id, external_id, \
+             copy_kind FROM memops WHERE id >= ?1 ORDER BY id",
+            |r: &Record<'_, 11>| {
+                Some(LeanMemop {
+                    kind: kind(r.bytes(1)?),
+                    start_ns: r.i64(2)?,
+                    end_ns: r.i64(3)?,
+                    device_id: r.i64(4)?,
+                    pid: r.opt_i64(6)?,
+                    correlation_id: r.opt_i64(7)?,
+                    external_id: r.opt_i64(8)?,
+                    copy_kind: r.opt_bytes(10)?.and_then(copy_kind),
+                })
+            },
+            |s| LeanMemop {
+                kind: kind(s.col_bytes(0)),
+                start_ns: s.col_i64(1),
+                end_ns: s.col_i64(2),
+                device_id: s.col_i64(3),
+                pid: s.col_opt_i64(4),
+                correlation_id: s.col_opt_i64(5),
+                external_id: s.col_opt_i64(6),
+                copy_kind: s.col_opt_bytes(7).and_then(copy_kind),
+            },
+            f,
+        )
+    }
+
     /// Every flow end, in the order they were written.
     pub fn for_each_flow(&mut self, mut f: impl FnMut(Flow)) -> Result<()> {
         self.scan(
@@ -843,6 +902,29 @@ mod tests {
                 static_smem_bytes: opt(0),
                 dynamic_smem_bytes: opt(1024),
                 graph_id: opt(3),
+            })
+            .unwrap();
+            let memset = i % 4 == 0;
+            w.memop(Memop {
+                kind: if memset {
+                    MemopKind::Memset
+                } else {
+                    MemopKind::Memcpy
+                },
+                start_ns: t + 200,
+                end_ns: t + 300,
+                device_id: i % 2,
+                stream_id: 7,
+                pid: opt(1),
+                correlation_id: opt(i),
+                external_id: opt(i + 1),
+                bytes: opt(4096),
+                copy_kind: if memset {
+                    None
+                } else {
+                    opt(i % 12).map(CopyKind::from_cupti)
+                },
+                value: if memset { opt(0) } else { None },
             })
             .unwrap();
         }
@@ -937,6 +1019,28 @@ mod tests {
         assert_eq!(lean, full);
         assert!(lean.iter().any(|k| k.graph_id.is_none()));
         assert!(lean.iter().any(|k| k.graph_id.is_some()));
+
+        let mut full = Vec::new();
+        s.for_each_memop(|m| {
+            full.push(LeanMemop {
+                kind: m.kind,
+                start_ns: m.start_ns,
+                end_ns: m.end_ns,
+                device_id: m.device_id,
+                pid: m.pid,
+                correlation_id: m.correlation_id,
+                external_id: m.external_id,
+                copy_kind: m.copy_kind,
+            })
+        })
+        .unwrap();
+        let mut lean = Vec::new();
+        s.for_each_lean_memop(|m| lean.push(*m)).unwrap();
+        assert_eq!(full.len(), 3_000);
+        assert_eq!(lean, full);
+        assert!(lean.iter().any(|m| m.kind == MemopKind::Memset));
+        assert!(lean.iter().any(|m| m.copy_kind.is_none()));
+        assert!(lean.iter().any(|m| m.copy_kind == Some(CopyKind::DtoH)));
     }
 
     /// Runs `statements` on a writable connection to `path`.
@@ -959,13 +1063,14 @@ mod tests {
         });
     }
 
-    /// What the three lean scans give, and how each read its rows.
-    type LeanRows = (
-        Vec<LeanRange>,
-        Vec<LeanLaunch>,
-        Vec<LeanKernel>,
-        [PagesAndSql; 3],
-    );
+    /// What the four lean scans give, and how each read its rows.
+    struct LeanRows {
+        ranges: Vec<LeanRange>,
+        launches: Vec<LeanLaunch>,
+        kernels: Vec<LeanKernel>,
+        memops: Vec<LeanMemop>,
+        read: [PagesAndSql; 4],
+    }
 
     fn lean_rows(s: &mut Store) -> LeanRows {
         let mut ranges = Vec::new();
@@ -976,21 +1081,31 @@ mod tests {
         let l = s.last_lean_scan;
         let mut kernels = Vec::new();
         s.for_each_lean_kernel(|k| kernels.push(*k)).unwrap();
-        (ranges, launches, kernels, [r, l, s.last_lean_scan])
+        let k = s.last_lean_scan;
+        let mut memops = Vec::new();
+        s.for_each_lean_memop(|m| memops.push(*m)).unwrap();
+        LeanRows {
+            ranges,
+            launches,
+            kernels,
+            memops,
+            read: [r, l, k, s.last_lean_scan],
+        }
     }
 
     /// The lean scans with page reading on and off, which must give the same rows; returns how
     /// the page scans read theirs.
-    fn pages_agree_with_sql(path: &Path) -> [PagesAndSql; 3] {
+    fn pages_agree_with_sql(path: &Path) -> [PagesAndSql; 4] {
         let mut s = Store::open(path).unwrap();
-        let (r1, l1, k1, read) = lean_rows(&mut s);
+        let pages = lean_rows(&mut s);
         s.set_page_scans(false);
-        let (r2, l2, k2, sql_read) = lean_rows(&mut s);
-        assert!(sql_read.iter().all(|r| r.pages == 0 && r.sql > 0));
-        assert_eq!(r1, r2);
-        assert_eq!(l1, l2);
-        assert_eq!(k1, k2);
-        read
+        let sql = lean_rows(&mut s);
+        assert!(sql.read.iter().all(|r| r.pages == 0 && r.sql > 0));
+        assert_eq!(pages.ranges, sql.ranges);
+        assert_eq!(pages.launches, sql.launches);
+        assert_eq!(pages.kernels, sql.kernels);
+        assert_eq!(pages.memops, sql.memops);
+        pages.read
     }
 
     fn all_pages(rows: u64) -> PagesAndSql {
@@ -1006,7 +1121,7 @@ mod tests {
         let path = dir.path().join("run.sqlite");
         // Enough rows for b-trees three levels deep.
         varied_run(&path, 40_000);
-        assert_eq!(pages_agree_with_sql(&path), [all_pages(40_000); 3]);
+        assert_eq!(pages_agree_with_sql(&path), [all_pages(40_000); 4]);
     }
 
     #[test]
@@ -1021,7 +1136,7 @@ mod tests {
             "PRAGMA page_size = 512; VACUUM; \
              UPDATE ranges SET kind = kind || printf('%.2000c', 'x') WHERE id % 100 = 7;",
         );
-        assert_eq!(pages_agree_with_sql(&path), [all_pages(3_000); 3]);
+        assert_eq!(pages_agree_with_sql(&path), [all_pages(3_000); 4]);
         let mut s = Store::open(&path).unwrap();
         let mut others = 0;
         s.for_each_lean_range(|r| others += u64::from(r.kind == RangeKind::Other))
@@ -1034,13 +1149,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("run.sqlite");
         varied_run(&path, 3_000);
-        // A float and a text in integer columns: SQL reads them as 1 and 0.
+        // Floats and a text in integer columns: SQL reads them truncated, and as 0.
         sql(
             &path,
             "UPDATE ranges SET pid = 'x' WHERE id = 2000; \
              UPDATE kernels SET start_ns = 1.5 WHERE id = 1000; \
              UPDATE api_calls SET tid = 2.5 WHERE id = 500 AND correlation_id IS NOT NULL; \
-             UPDATE api_calls SET correlation_id = 7 WHERE id = 500;",
+             UPDATE api_calls SET correlation_id = 7 WHERE id = 500; \
+             UPDATE memops SET device_id = 2.5 WHERE id = 2500;",
         );
         let read = pages_agree_with_sql(&path);
         assert_eq!(
@@ -1058,13 +1174,21 @@ mod tests {
                     pages: 999,
                     sql: 2_001
                 },
+                PagesAndSql {
+                    pages: 2_499,
+                    sql: 501
+                },
             ]
         );
         let mut s = Store::open(&path).unwrap();
-        let (ranges, launches, kernels, _) = lean_rows(&mut s);
-        assert_eq!(ranges[1_999].pid, 0);
-        assert_eq!(kernels[999].start_ns, 1);
-        assert!(launches.iter().any(|l| l.correlation_id == 7 && l.tid == 2));
+        let rows = lean_rows(&mut s);
+        assert_eq!(rows.ranges[1_999].pid, 0);
+        assert_eq!(rows.kernels[999].start_ns, 1);
+        assert!(rows
+            .launches
+            .iter()
+            .any(|l| l.correlation_id == 7 && l.tid == 2));
+        assert_eq!(rows.memops[2_499].device_id, 2);
     }
 
     #[test]
@@ -1074,8 +1198,8 @@ mod tests {
         varied_run(&path, 500);
         sql(&path, "PRAGMA journal_mode = WAL;");
         let mut s = Store::open(&path).unwrap();
-        let (ranges, ..) = lean_rows(&mut s);
-        assert_eq!(ranges.len(), 500);
+        let rows = lean_rows(&mut s);
+        assert_eq!(rows.ranges.len(), 500);
         assert_eq!(s.last_lean_scan, PagesAndSql { pages: 0, sql: 500 });
     }
 }

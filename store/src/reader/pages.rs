@@ -467,10 +467,16 @@ impl<'a, const N: usize> Record<'a, N> {
     /// a number (SQL would turn it into text) or a column the record lacks.
     #[inline]
     pub(crate) fn bytes(&self, i: usize) -> Option<&'a [u8]> {
+        Some(self.opt_bytes(i)?.unwrap_or(&[]))
+    }
+
+    /// A TEXT column's bytes, `Some(None)` for NULL; `None` as for [`Record::bytes`].
+    #[inline]
+    pub(crate) fn opt_bytes(&self, i: usize) -> Option<Option<&'a [u8]>> {
         let o = self.offsets[i] as usize;
         match self.types[i] {
-            0 => Some(&[]),
-            t if t >= 12 && t != ABSENT => self.rec.get(o..o + ((t - 12) / 2) as usize),
+            0 => Some(None),
+            t if t >= 12 && t != ABSENT => self.rec.get(o..o + ((t - 12) / 2) as usize).map(Some),
             _ => None,
         }
     }
