@@ -128,7 +128,8 @@ fn scan_child(path: &Path, pages: bool) {
     s.for_each_lean_kernel(|k| n += k.start_ns as u64 & 1)
         .unwrap();
     mark("kernels");
-    s.for_each_memop(|m| n += m.start_ns as u64 & 1).unwrap();
+    s.for_each_lean_memop(|m| n += m.start_ns as u64 & 1)
+        .unwrap();
     mark("memops");
     println!(
         "SCAN_SECONDS {:.3} ({}; {n})",

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use fuseprof_store::{CopyKind, Kernel, LeanKernel, Memop, MemopKind, Store};
+use fuseprof_store::{CopyKind, Kernel, LeanKernel, MemopKind, Store};
 
 use crate::classify::{Class, LaunchShape, Rules};
 use crate::ops::{parse_range_name, step_family, Names, Tree, NONE};
@@ -306,7 +306,7 @@ pub(crate) fn attribute(
     crate::lap(clock, "kernels scan and join");
     // The synthetic name of each (kind, copy kind), interned the first time it is met.
     let mut memop_names: Vec<((MemopKind, Option<CopyKind>), u32)> = Vec::new();
-    store.for_each_memop(|m: Memop| {
+    store.for_each_lean_memop(|m| {
         let (class, kind) = match m.kind {
             MemopKind::Memset => (Class::Memset, KIND_MEMSET),
             MemopKind::Memcpy => (Class::Memcpy, KIND_MEMCPY),
