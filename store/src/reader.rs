@@ -210,11 +210,14 @@ fn table_root(db: std::ptr::NonNull<libsqlite3_sys::sqlite3>, table: &Table) -> 
         return None;
     }
     let root = u32::try_from(st.col_i64(0)).ok()?;
-    if st
+    let create: String = st
         .col_text(1)?
         .to_ascii_uppercase()
-        .contains("WITHOUT ROWID")
-    {
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    // A table without rowid is an index b-tree; `INTEGER PRIMARY KEY DESC` is no rowid alias.
+    if create.contains("WITHOUT ROWID") || create.contains("PRIMARY KEY DESC") {
         return None;
     }
     drop(st);
@@ -226,9 +229,15 @@ fn table_root(db: std::ptr::NonNull<libsqlite3_sys::sqlite3>, table: &Table) -> 
         if st.col_text(0)? != *expected {
             return None;
         }
-        // Only `INTEGER PRIMARY KEY` makes the column the rowid (and stores it as NULL).
-        let rowid_alias = st.col_text(1)?.eq_ignore_ascii_case("INTEGER") && st.col_i64(2) == 1;
-        if (i == 0) != rowid_alias {
+        // The first column alone is the primary key, declared INTEGER: an alias of the rowid
+        // (stored as NULL in the record; the rows' order is its order).
+        let pk = st.col_i64(2);
+        let ok = if i == 0 {
+            pk == 1 && st.col_text(1)?.eq_ignore_ascii_case("INTEGER")
+        } else {
+            pk == 0
+        };
+        if !ok {
             return None;
         }
         i += 1;
@@ -1189,6 +1198,17 @@ mod tests {
             .iter()
             .any(|l| l.correlation_id == 7 && l.tid == 2));
         assert_eq!(rows.memops[2_499].device_id, 2);
+    }
+
+    #[test]
+    fn a_table_with_other_columns_is_read_through_sql() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.sqlite");
+        varied_run(&path, 500);
+        sql(&path, "ALTER TABLE kernels ADD COLUMN cluster_x INTEGER;");
+        let read = pages_agree_with_sql(&path);
+        assert_eq!(read[2], PagesAndSql { pages: 0, sql: 500 });
+        assert_eq!(read[0], all_pages(500));
     }
 
     #[test]
