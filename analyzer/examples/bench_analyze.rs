@@ -12,8 +12,9 @@
 //! (peak RSS); stores and exports are cached in `--dir`. Prints a Markdown table.
 //!
 //! The children can be run alone: `--analyze STORE` (open, analyze, text and JSON, with the
-//! time of each part), `--scan-only STORE` (the analyzer's store scans, timed per table) and
-//! `--scan-only-sql STORE` (the same scans stepping SQL instead of reading the tables' pages).
+//! time of each part), `--scan-only STORE` (the analyzer's store scans, timed per table), and
+//! `--analyze-sql STORE` and `--scan-only-sql STORE`: the same with the store's lean scans
+//! stepping SQL instead of reading the tables' pages.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -72,7 +73,11 @@ fn args() -> Args {
                 std::process::exit(0);
             }
             "--analyze" => {
-                analyze_child(Path::new(&val));
+                analyze_child(Path::new(&val), true);
+                std::process::exit(0);
+            }
+            "--analyze-sql" => {
+                analyze_child(Path::new(&val), false);
                 std::process::exit(0);
             }
             other => panic!("unknown argument {other}"),
@@ -82,11 +87,15 @@ fn args() -> Args {
     a
 }
 
-/// The measured part, run in a child: open, analyze, render text and JSON.
-fn analyze_child(path: &Path) {
+/// The measured part, run in a child: open, analyze, render text and JSON (what
+/// `fuseprof analyze` does); with `pages` false, the store's lean scans step SQL instead of
+/// reading the tables' pages.
+fn analyze_child(path: &Path, pages: bool) {
     let t = Instant::now();
     let cfg = fuseprof_analyzer::AnalyzeConfig::default();
-    let a = fuseprof_analyzer::analyze_file(path, &cfg).expect("analysis");
+    let mut store = Store::open(path).expect("store");
+    store.set_page_scans(pages);
+    let a = fuseprof_analyzer::analyze(&mut store, &cfg).expect("analysis");
     let analyzed = t.elapsed().as_secs_f64();
     let text = fuseprof_analyzer::render_text(&a, &cfg);
     let rendered = t.elapsed().as_secs_f64();
