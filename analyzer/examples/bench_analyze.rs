@@ -10,6 +10,11 @@
 //!
 //! Each measurement runs in a child process pinned with `taskset -c 0` under `/usr/bin/time -v`
 //! (peak RSS); stores and exports are cached in `--dir`. Prints a Markdown table.
+//!
+//! The children can be run alone: `--analyze STORE` (open, analyze, text and JSON, with the
+//! time of each part), `--scan-only STORE` (the analyzer's store scans, timed per table), and
+//! `--analyze-sql STORE` and `--scan-only-sql STORE`: the same with the store's lean scans
+//! stepping SQL instead of reading the tables' pages.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -60,11 +65,19 @@ fn args() -> Args {
                 i -= 1;
             }
             "--scan-only" => {
-                scan_child(Path::new(&val));
+                scan_child(Path::new(&val), true);
+                std::process::exit(0);
+            }
+            "--scan-only-sql" => {
+                scan_child(Path::new(&val), false);
                 std::process::exit(0);
             }
             "--analyze" => {
-                analyze_child(Path::new(&val));
+                analyze_child(Path::new(&val), true);
+                std::process::exit(0);
+            }
+            "--analyze-sql" => {
+                analyze_child(Path::new(&val), false);
                 std::process::exit(0);
             }
             other => panic!("unknown argument {other}"),
@@ -74,16 +87,25 @@ fn args() -> Args {
     a
 }
 
-/// The measured part, run in a child: open, analyze, render text and JSON.
-fn analyze_child(path: &Path) {
+/// The measured part, run in a child: open, analyze, render text and JSON (what
+/// `fuseprof analyze` does); with `pages` false, the store's lean scans step SQL instead of
+/// reading the tables' pages.
+fn analyze_child(path: &Path, pages: bool) {
     let t = Instant::now();
     let cfg = fuseprof_analyzer::AnalyzeConfig::default();
-    let a = fuseprof_analyzer::analyze_file(path, &cfg).expect("analysis");
+    let mut store = Store::open(path).expect("store");
+    store.set_page_scans(pages);
+    let a = fuseprof_analyzer::analyze(&mut store, &cfg).expect("analysis");
+    let analyzed = t.elapsed().as_secs_f64();
     let text = fuseprof_analyzer::render_text(&a, &cfg);
+    let rendered = t.elapsed().as_secs_f64();
     let json = serde_json::to_string(&a).expect("json");
     let secs = t.elapsed().as_secs_f64();
     println!(
-        "ANALYZE_SECONDS {secs:.3} kernels {} gpu_ns {} text {} json {}",
+        "ANALYZE_SECONDS {secs:.3} (open+analyze {analyzed:.3}, text {:.3}, json {:.3}) \
+         kernels {} gpu_ns {} text {} json {}",
+        rendered - analyzed,
+        secs - rendered,
         a.totals.kernels,
         a.totals.gpu_ns,
         text.len(),
@@ -92,17 +114,37 @@ fn analyze_child(path: &Path) {
     eprintln!("{}", text.lines().take(40).collect::<Vec<_>>().join("\n"));
 }
 
-/// The store's part alone: every scan the analyzer makes, doing nothing with the rows.
-fn scan_child(path: &Path) {
+/// The store's part alone: every scan the analyzer makes, doing nothing with the rows; with
+/// `pages` false, the lean scans step SQL instead of reading the tables' pages.
+fn scan_child(path: &Path, pages: bool) {
     let t = Instant::now();
     let mut s = Store::open(path).expect("store");
+    s.set_page_scans(pages);
     let strings = s.strings().expect("strings");
     let mut n = strings.len() as u64;
-    s.for_each_range(|r| n += r.start_ns as u64 & 1).unwrap();
-    s.for_each_api_call(|a| n += a.start_ns as u64 & 1).unwrap();
-    s.for_each_kernel(|k| n += k.start_ns as u64 & 1).unwrap();
-    s.for_each_memop(|m| n += m.start_ns as u64 & 1).unwrap();
-    println!("SCAN_SECONDS {:.3} ({n})", t.elapsed().as_secs_f64());
+    let mut lap = Instant::now();
+    let mut laps = Vec::new();
+    let mut mark = |what: &str| {
+        laps.push(format!("{what} {:.3}", lap.elapsed().as_secs_f64()));
+        lap = Instant::now();
+    };
+    s.for_each_lean_range(|r| n += r.start_ns as u64 & 1)
+        .unwrap();
+    mark("ranges");
+    s.for_each_lean_launch(|a| n += a.start_ns as u64 & 1)
+        .unwrap();
+    mark("api_calls");
+    s.for_each_lean_kernel(|k| n += k.start_ns as u64 & 1)
+        .unwrap();
+    mark("kernels");
+    s.for_each_lean_memop(|m| n += m.start_ns as u64 & 1)
+        .unwrap();
+    mark("memops");
+    println!(
+        "SCAN_SECONDS {:.3} ({}; {n})",
+        t.elapsed().as_secs_f64(),
+        laps.join(", ")
+    );
 }
 
 /// Writes a run of `kernels` kernels by repeating `src` end to end in time, with correlation and

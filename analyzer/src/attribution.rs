@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use fuseprof_store::{Kernel, Memop, MemopKind, Store};
+use fuseprof_store::{CopyKind, Kernel, LeanKernel, MemopKind, Store};
 
 use crate::classify::{Class, LaunchShape, Rules};
 use crate::ops::{parse_range_name, step_family, Names, Tree, NONE};
@@ -35,7 +35,14 @@ pub(crate) struct Item {
     pub device: u16,
     pub class: Class,
     pub flags: u8,
+    /// Position in the order records were read (in what would be padding).
+    pub seq: u32,
 }
+
+// `seq` fills padding: the records keep their size, and with it the code path that sorting
+// them with `sort_unstable_by_key` takes (see `crate::sort`).
+const _: () = assert!(std::mem::size_of::<Item>() == 40);
+const _: () = assert!(std::mem::size_of::<Launch>() == 24);
 
 impl Item {
     pub fn kind(&self) -> u8 {
@@ -48,6 +55,8 @@ struct Launch {
     correlation_id: i64,
     start_ns: i64,
     thread: u32,
+    /// Position in the order calls were read (in what would be padding).
+    seq: u32,
 }
 
 pub(crate) struct Attributed {
@@ -67,6 +76,8 @@ struct Joiner<'a> {
     thread_pid: Vec<i64>,
     devices: Vec<i64>,
     device_index: HashMap<i64, u16>,
+    /// The device of the previous record (records mostly come device by device).
+    last_device: Option<(i64, u16)>,
     out: Attributed,
     /// Items without a launch record but with an External id: (item, pid, external id).
     pending: Vec<(u32, Option<i64>, i64)>,
@@ -77,6 +88,17 @@ struct Joiner<'a> {
 
 impl Joiner<'_> {
     fn device(&mut self, id: i64) -> u16 {
+        if let Some(&(last_id, d)) = self.last_device.as_ref() {
+            if last_id == id {
+                return d;
+            }
+        }
+        let d = self.device_slow(id);
+        self.last_device = Some((id, d));
+        d
+    }
+
+    fn device_slow(&mut self, id: i64) -> u16 {
         let next = self.devices.len() as u16;
         let d = *self.device_index.entry(id).or_insert(next);
         if d == next {
@@ -162,6 +184,7 @@ impl Joiner<'_> {
             device,
             class,
             flags,
+            seq: self.out.items.len() as u32,
         });
     }
 }
@@ -172,33 +195,40 @@ pub(crate) fn attribute(
     tree: &mut Tree,
     names: &mut Names,
     rules: &Rules,
+    clock: &mut std::time::Instant,
 ) -> Result<Attributed> {
     let mut launches = Vec::new();
     let mut last: Option<((i64, i64), u32)> = None;
-    store.for_each_api_call(|a| {
-        if let Some(c) = a.correlation_id {
-            // A thread without ranges still launches; its work is then outside any range.
-            let thread = match last {
-                Some((key, t)) if key == (a.pid, a.tid) => t,
-                _ => {
-                    let t = tree.add_thread(a.pid, a.tid);
-                    last = Some(((a.pid, a.tid), t));
-                    t
-                }
-            };
-            launches.push(Launch {
-                correlation_id: c,
-                start_ns: a.start_ns,
-                thread,
-            });
-        }
+    store.for_each_lean_launch(|a| {
+        // A thread without ranges still launches; its work is then outside any range.
+        let thread = match last {
+            Some((key, t)) if key == (a.pid, a.tid) => t,
+            _ => {
+                let t = tree.add_thread(a.pid, a.tid);
+                last = Some(((a.pid, a.tid), t));
+                t
+            }
+        };
+        launches.push(Launch {
+            correlation_id: a.correlation_id,
+            start_ns: a.start_ns,
+            thread,
+            seq: launches.len() as u32,
+        });
     })?;
+    crate::lap(clock, "api calls scan");
     let tree: &Tree = tree;
     let thread_pid: Vec<i64> = tree.threads.iter().map(|t| t.0).collect();
     // Runtimes hand out correlation ids in call order, so this is usually sorted already.
     if !launches.is_sorted_by_key(|l| (l.correlation_id, l.thread)) {
-        launches.sort_unstable_by_key(|l| (l.correlation_id, l.thread));
+        let path = crate::sort::sort_like_unstable(
+            &mut launches,
+            |l| (l.correlation_id, l.thread),
+            |l| l.seq,
+        );
+        tracing::debug!("launches sorted: {path:?}");
     }
+    crate::lap(clock, "launch sort");
     let used = vec![0u64; launches.len().div_ceil(64)];
     let mut j = Joiner {
         tree,
@@ -207,6 +237,7 @@ pub(crate) fn attribute(
         thread_pid,
         devices: Vec::new(),
         device_index: HashMap::new(),
+        last_device: None,
         out: Attributed {
             items: Vec::new(),
             devices: Vec::new(),
@@ -220,25 +251,7 @@ pub(crate) fn attribute(
         launch_hint: 0,
         range_hints: vec![0; tree.threads.len()],
     };
-    let mut class_of: HashMap<u32, Class> = HashMap::new();
-    let shape_rules = rules.uses_shape();
-    store.for_each_kernel(|k: Kernel| {
-        let name = k.name.0 as u32;
-        let class = if shape_rules {
-            let shape = LaunchShape {
-                grid: k.grid,
-                block: k.block,
-                smem_bytes: match (k.static_smem_bytes, k.dynamic_smem_bytes) {
-                    (None, None) => None,
-                    (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
-                },
-            };
-            rules.classify(names.get(name), &shape)
-        } else {
-            *class_of
-                .entry(name)
-                .or_insert_with(|| rules.classify(names.get(name), &LaunchShape::default()))
-        };
+    let push_kernel = |j: &mut Joiner<'_>, k: &LeanKernel, class: Class| {
         let flags = KIND_KERNEL | if k.graph_id.is_some() { FLAG_GRAPH } else { 0 };
         j.push(
             k.start_ns,
@@ -247,29 +260,70 @@ pub(crate) fn attribute(
             k.pid,
             k.correlation_id,
             k.external_id,
-            name,
+            k.name.0 as u32,
             class,
             flags,
         );
-    })?;
-    let mut memop_names: HashMap<String, u32> = HashMap::new();
-    let mut memops = Vec::new();
-    store.for_each_memop(|m: Memop| memops.push(m))?;
-    for m in memops {
-        let (label, class, kind) = match m.kind {
-            MemopKind::Memcpy => (
-                format!("Memcpy {}", m.copy_kind.map_or("Unknown", |c| c.as_str())),
-                Class::Memcpy,
-                KIND_MEMCPY,
-            ),
-            MemopKind::Memset => ("Memset".to_string(), Class::Memset, KIND_MEMSET),
+    };
+    if rules.uses_shape() {
+        // Rules that look at launch shapes need the kernel's every column.
+        store.for_each_kernel(|k: Kernel| {
+            let shape = LaunchShape {
+                grid: k.grid,
+                block: k.block,
+                smem_bytes: match (k.static_smem_bytes, k.dynamic_smem_bytes) {
+                    (None, None) => None,
+                    (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+                },
+            };
+            let class = rules.classify(names.get(k.name.0 as u32), &shape);
+            let lean = LeanKernel {
+                start_ns: k.start_ns,
+                end_ns: k.end_ns,
+                device_id: k.device_id,
+                pid: k.pid,
+                correlation_id: k.correlation_id,
+                external_id: k.external_id,
+                name: k.name,
+                graph_id: k.graph_id,
+            };
+            push_kernel(&mut j, &lean, class);
+        })?;
+    } else {
+        // The class of each store name, computed once per name.
+        let mut class_of: Vec<Option<Class>> = vec![None; names.base_len() as usize + 1];
+        store.for_each_lean_kernel(|k| {
+            let name = k.name.0 as u32;
+            let classify = || rules.classify(names.get(name), &LaunchShape::default());
+            let class = match class_of.get_mut(name as usize) {
+                Some(Some(c)) => *c,
+                Some(slot) => *slot.insert(classify()),
+                None => classify(),
+            };
+            push_kernel(&mut j, k, class);
+        })?;
+    }
+    crate::lap(clock, "kernels scan and join");
+    // The synthetic name of each (kind, copy kind), interned the first time it is met.
+    let mut memop_names: Vec<((MemopKind, Option<CopyKind>), u32)> = Vec::new();
+    store.for_each_lean_memop(|m| {
+        let (class, kind) = match m.kind {
+            MemopKind::Memset => (Class::Memset, KIND_MEMSET),
+            MemopKind::Memcpy => (Class::Memcpy, KIND_MEMCPY),
         };
-        let name = match memop_names.get(&label) {
-            Some(&n) => n,
+        let key = (m.kind, m.copy_kind.filter(|_| m.kind == MemopKind::Memcpy));
+        let name = match memop_names.iter().find(|(k, _)| *k == key) {
+            Some(&(_, name)) => name,
             None => {
-                let n = names.intern(&label, None);
-                memop_names.insert(label, n);
-                n
+                let label = match m.kind {
+                    MemopKind::Memset => "Memset".to_string(),
+                    MemopKind::Memcpy => {
+                        format!("Memcpy {}", m.copy_kind.map_or("Unknown", |c| c.as_str()))
+                    }
+                };
+                let name = names.intern(&label, None);
+                memop_names.push((key, name));
+                name
             }
         };
         j.push(
@@ -283,11 +337,13 @@ pub(crate) fn attribute(
             class,
             kind,
         );
-    }
+    })?;
+    crate::lap(clock, "memops scan and join");
     if !j.pending.is_empty() {
         resolve_external_ids(store, tree, names, &mut j)?;
     }
     j.out.devices = std::mem::take(&mut j.devices);
+    crate::lap(clock, "external ids");
     Ok(j.out)
 }
 

@@ -39,6 +39,7 @@ pub mod headroom;
 pub mod hotspots;
 pub mod ops;
 mod report;
+mod sort;
 pub mod steps;
 
 use std::path::Path;
@@ -261,6 +262,17 @@ pub struct HeadroomRow {
     pub assumptions: Vec<String>,
 }
 
+/// Logs how long the phase that ends now took (`FUSEPROF_LOG=fuseprof_analyzer=debug`) and
+/// restarts the clock for the next one.
+pub(crate) fn lap(clock: &mut std::time::Instant, phase: &str) {
+    let now = std::time::Instant::now();
+    tracing::debug!(
+        "phase {phase}: {:.3} s",
+        now.duration_since(*clock).as_secs_f64()
+    );
+    *clock = now;
+}
+
 fn round2(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
@@ -317,22 +329,26 @@ pub fn analyze_with_rules(
     cfg: &AnalyzeConfig,
     rules: &Rules,
 ) -> Result<Analysis> {
+    let mut clock = std::time::Instant::now();
     let path = store.path().to_path_buf();
     let run = store.run()?;
     let device_rows = store.devices()?;
     let mut names = Names::new(store.strings()?);
     let mut notes = Vec::new();
+    lap(&mut clock, "run, devices and strings");
 
     // 1. The operator tree.
     let mut tb = TreeBuilder::new(&mut names);
-    store.for_each_range(|r| tb.add(&r))?;
+    store.for_each_lean_range(|r| tb.add(r))?;
     let latest_range_ns = tb.latest_ns;
+    lap(&mut clock, "ranges scan");
     // Ranges that never closed end with the run; the run's end is not known before the GPU
     // records are read, so close them at the latest range time seen (then notes say so).
     let mut tree = tb.build(latest_range_ns);
+    lap(&mut clock, "tree build");
 
     // 2. Attribution.
-    let att = attribution::attribute(store, &mut tree, &mut names, rules)?;
+    let att = attribution::attribute(store, &mut tree, &mut names, rules, &mut clock)?;
     if att.items.is_empty() {
         return Err(Error::EmptyRun { path });
     }
@@ -371,6 +387,7 @@ pub fn analyze_with_rules(
     }
     let mut items = att.items;
     let devices = att.devices;
+    lap(&mut clock, "notes");
 
     // 3. Steps (always over the whole run).
     let found = steps::find(&tree, &names, &items);
@@ -387,8 +404,9 @@ pub fn analyze_with_rules(
             launches: 0,
         })
         .collect();
+    let mut hint = 0;
     for it in &items {
-        if let Some(s) = steps::window_of(&found.windows, it.launch_ns) {
+        if let Some(s) = steps::window_of(&found.windows, it.launch_ns, &mut hint) {
             step_rows[s].gpu_ns += it.dur_ns;
             step_rows[s].records += 1;
             step_rows[s].launches += u64::from(it.flags & attribution::FLAG_NEW_LAUNCH != 0);
@@ -402,6 +420,8 @@ pub fn analyze_with_rules(
         wall: spread(&step_rows.iter().map(|s| s.wall_ns).collect::<Vec<_>>()),
         steps: step_rows,
     };
+
+    lap(&mut clock, "steps");
 
     // 4. Scope.
     let window = match cfg.step {
@@ -417,8 +437,15 @@ pub fn analyze_with_rules(
         items.retain(|it| in_scope(it.launch_ns));
     }
     if !items.is_sorted_by_key(|it| (it.device, it.start_ns, it.dur_ns)) {
-        items.sort_unstable_by_key(|it| (it.device, it.start_ns, it.dur_ns));
+        let path = sort::sort_like_unstable(
+            &mut items,
+            |it| (it.device, it.start_ns, it.dur_ns),
+            |it| it.seq,
+        );
+        tracing::debug!("GPU records sorted: {path:?}");
     }
+
+    lap(&mut clock, "scope and item sort");
 
     // 5. Totals.
     let mut totals = Totals {
@@ -466,12 +493,16 @@ pub fn analyze_with_rules(
     }
     let gpu = totals.gpu_ns;
 
+    lap(&mut clock, "totals");
+
     // 6. Groups and timeline.
     let mut acc = hotspots::accumulate(&tree, &items, &devices);
     acc.timeline.sort_by_key(|d| d.device);
+    lap(&mut clock, "accumulate");
     let name_bound = names.id_bound();
     let (op_total, op_instances, role_of_name) =
         hotspots::op_totals(&tree, &acc.range_ns, name_bound, in_scope);
+    lap(&mut clock, "op totals");
     let kernel_row = |name: u32, a: &Acc, names: &Names| KernelRow {
         name: names.get(name).to_string(),
         class: a.class.unwrap_or(Class::Other),
@@ -546,7 +577,9 @@ pub fn analyze_with_rules(
     }
     by_op.sort_by(|a, b| (b.self_ns, b.total_ns, &a.name).cmp(&(a.self_ns, a.total_ns, &b.name)));
 
+    lap(&mut clock, "op table");
     let shape_inst = hotspots::shape_instances(&tree, &acc.by_shape, name_bound, in_scope);
+    lap(&mut clock, "shape instances");
     let text = |id: u32| (id != NONE).then(|| names.get(id).to_string());
     let mut by_shape: Vec<ShapeRow> = acc
         .by_shape
@@ -630,6 +663,8 @@ pub fn analyze_with_rules(
     top_un.sort_by(|a, b| (b.total_ns, &a.name).cmp(&(a.total_ns, &b.name)));
     top_un.truncate(10);
     un.top_kernels = top_un;
+
+    lap(&mut clock, "other tables");
 
     // 7. Headroom.
     let ceilings: Vec<Ceiling> = device_rows
@@ -743,6 +778,8 @@ pub fn analyze_with_rules(
         ceilings,
         rows: hrows,
     };
+
+    lap(&mut clock, "headroom");
 
     Ok(Analysis {
         format: "fuseprof-analysis".into(),

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use fuseprof_store::{Range, RangeKind, Strings};
+use fuseprof_store::{LeanRange, RangeKind, Strings};
 use serde::{Deserialize, Serialize};
 
 /// What a range stands for.
@@ -333,7 +333,7 @@ impl<'n> TreeBuilder<'n> {
     }
 
     /// NVTX ranges the collector writes for `nn.Module` calls (`--pytorch modules`).
-    fn is_module_domain(&mut self, r: &Range) -> bool {
+    fn is_module_domain(&mut self, r: &LeanRange) -> bool {
         let Some(d) = r.domain else { return false };
         let d = d.0 as u32;
         if self.module_domain.is_none() && self.names.get(d) == MODULE_DOMAIN {
@@ -364,7 +364,7 @@ impl<'n> TreeBuilder<'n> {
 
     /// Takes one store range; marks, GPU-side ranges and plain Python frames are not part of
     /// the tree.
-    pub fn add(&mut self, r: &Range) {
+    pub fn add(&mut self, r: &LeanRange) {
         let raw = r.name.0 as u32;
         let role = match r.kind {
             RangeKind::CpuOp => {

@@ -177,8 +177,10 @@ fn from_period(tree: &Tree, items: &[Item]) -> Option<Found> {
     })
 }
 
-/// The step window that holds `t_ns`, if any.
-pub(crate) fn window_of(windows: &[Window], t_ns: i64) -> Option<usize> {
-    let n = windows.partition_point(|w| w.start_ns <= t_ns);
+/// The step window that holds `t_ns`, if any. `hint` is where the previous search ended:
+/// records come nearly in launch order, so the search gallops from there.
+pub(crate) fn window_of(windows: &[Window], t_ns: i64, hint: &mut usize) -> Option<usize> {
+    let n = crate::ops::gallop(windows, *hint, |w| w.start_ns <= t_ns);
+    *hint = n;
     (n > 0 && t_ns < windows[n - 1].end_ns).then(|| n - 1)
 }

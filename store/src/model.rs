@@ -331,3 +331,59 @@ pub struct RunInfo {
     pub cuda_driver_version: Option<String>,
     pub cupti_version: Option<String>,
 }
+
+/// The columns of a [`Range`] that building an operator tree needs, read by
+/// [`crate::Store::for_each_lean_range`]: a scan that reads fewer columns is faster (SQLite
+/// decodes every column it returns, for every row).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LeanRange {
+    pub kind: RangeKind,
+    pub start_ns: i64,
+    pub end_ns: Option<i64>,
+    pub pid: i64,
+    pub tid: i64,
+    pub domain: Option<StrId>,
+    pub name: StrId,
+    pub category: Option<StrId>,
+    pub input_dims: Option<StrId>,
+    pub input_types: Option<StrId>,
+}
+
+/// The columns of an [`ApiCall`] that joining GPU records to their launch needs, read by
+/// [`crate::Store::for_each_lean_launch`] (calls without a correlation id are left out).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeanLaunch {
+    pub start_ns: i64,
+    pub pid: i64,
+    pub tid: i64,
+    pub correlation_id: i64,
+}
+
+/// The columns of a [`Kernel`] that attributing GPU time needs (no stream, launch shape or
+/// resources), read by [`crate::Store::for_each_lean_kernel`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeanKernel {
+    pub start_ns: i64,
+    pub end_ns: i64,
+    pub device_id: i64,
+    pub pid: Option<i64>,
+    pub correlation_id: Option<i64>,
+    pub external_id: Option<i64>,
+    pub name: StrId,
+    pub graph_id: Option<i64>,
+}
+
+/// The columns of a [`Memop`] that attributing GPU time needs (no stream, bytes or value),
+/// read by [`crate::Store::for_each_lean_memop`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeanMemop {
+    pub kind: MemopKind,
+    pub start_ns: i64,
+    pub end_ns: i64,
+    pub device_id: i64,
+    pub pid: Option<i64>,
+    pub correlation_id: Option<i64>,
+    pub external_id: Option<i64>,
+    /// Memcpy only.
+    pub copy_kind: Option<CopyKind>,
+}

@@ -6,9 +6,29 @@ use serde::Serialize;
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{ConnectOptions, Row, SqliteConnection};
 
+mod pages;
+
 use crate::model::*;
-use crate::raw::Stmt;
+use crate::raw::{self, Stmt};
 use crate::{Error, Result, SCHEMA_VERSION};
+use pages::{PageFile, Record};
+
+/// `ranges.kind` as stored; what [`RangeKind::parse`] gives for the same text, without the
+/// UTF-8 check and the string compares.
+fn range_kind(text: &[u8]) -> RangeKind {
+    match text {
+        b"nvtx_push_pop" => RangeKind::NvtxPushPop,
+        b"nvtx_start_end" => RangeKind::NvtxStartEnd,
+        b"nvtx_mark" => RangeKind::NvtxMark,
+        b"cpu_op" => RangeKind::CpuOp,
+        b"user_annotation" => RangeKind::UserAnnotation,
+        b"gpu_user_annotation" => RangeKind::GpuUserAnnotation,
+        b"python_function" => RangeKind::PythonFunction,
+        b"cuda_sync" => RangeKind::CudaSync,
+        b"instant" => RangeKind::Instant,
+        _ => RangeKind::Other,
+    }
+}
 
 /// An open, complete run.
 pub struct Store {
@@ -17,7 +37,105 @@ pub struct Store {
     conn: SqliteConnection,
     /// The schema version the file was written with.
     pub schema_version: i64,
+    /// Whether lean scans may read table pages from the file directly.
+    page_scans: bool,
+    /// How the last lean scan read its rows.
+    last_lean_scan: PagesAndSql,
 }
+
+/// Rows a lean scan read from the table's pages and through SQL.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct PagesAndSql {
+    pages: u64,
+    sql: u64,
+}
+
+/// A table as the lean scans expect it: its columns in order, the first the rowid.
+struct Table {
+    name: &'static str,
+    columns: &'static [&'static str],
+}
+
+const RANGES: Table = Table {
+    name: "ranges",
+    columns: &[
+        "id",
+        "kind",
+        "start_ns",
+        "end_ns",
+        "pid",
+        "tid",
+        "end_tid",
+        "domain_id",
+        "name_id",
+        "category_id",
+        "color",
+        "depth",
+        "external_id",
+        "correlation_id",
+        "input_dims_id",
+        "input_types_id",
+    ],
+};
+
+const API_CALLS: Table = Table {
+    name: "api_calls",
+    columns: &[
+        "id",
+        "api",
+        "start_ns",
+        "end_ns",
+        "pid",
+        "tid",
+        "correlation_id",
+        "external_id",
+        "name_id",
+        "return_code",
+    ],
+};
+
+const MEMOPS: Table = Table {
+    name: "memops",
+    columns: &[
+        "id",
+        "kind",
+        "start_ns",
+        "end_ns",
+        "device_id",
+        "stream_id",
+        "pid",
+        "correlation_id",
+        "external_id",
+        "bytes",
+        "copy_kind",
+        "value",
+    ],
+};
+
+const KERNELS: Table = Table {
+    name: "kernels",
+    columns: &[
+        "id",
+        "start_ns",
+        "end_ns",
+        "device_id",
+        "stream_id",
+        "pid",
+        "correlation_id",
+        "external_id",
+        "name_id",
+        "grid_x",
+        "grid_y",
+        "grid_z",
+        "block_x",
+        "block_y",
+        "block_z",
+        "registers_per_thread",
+        "static_smem_bytes",
+        "dynamic_smem_bytes",
+        "graph_id",
+    ],
+};
 
 /// The run's string table; ids are dense from 1.
 pub struct Strings {
@@ -77,6 +195,54 @@ fn not_a_store(path: &Path, reason: impl Into<String>) -> Error {
         path: path.into(),
         reason: reason.into(),
     }
+}
+
+/// The root page of `table` when its columns are the ones the lean scans expect, with the
+/// first an alias of the rowid; `None` otherwise (SQL then reads it).
+fn table_root(db: std::ptr::NonNull<libsqlite3_sys::sqlite3>, table: &Table) -> Option<u32> {
+    let mut st = Stmt::prepare(
+        db,
+        "SELECT rootpage, sql FROM sqlite_schema WHERE type = 'table' AND name = ?1",
+    )
+    .ok()?;
+    st.bind_text(1, table.name).ok()?;
+    if !st.step().ok()? {
+        return None;
+    }
+    let root = u32::try_from(st.col_i64(0)).ok()?;
+    let create: String = st
+        .col_text(1)?
+        .to_ascii_uppercase()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    // A table without rowid is an index b-tree; `INTEGER PRIMARY KEY DESC` is no rowid alias.
+    if create.contains("WITHOUT ROWID") || create.contains("PRIMARY KEY DESC") {
+        return None;
+    }
+    drop(st);
+    let mut st = Stmt::prepare(db, "SELECT name, type, pk FROM pragma_table_info(?1)").ok()?;
+    st.bind_text(1, table.name).ok()?;
+    let mut i = 0;
+    while st.step().ok()? {
+        let expected = table.columns.get(i)?;
+        if st.col_text(0)? != *expected {
+            return None;
+        }
+        // The first column alone is the primary key, declared INTEGER: an alias of the rowid
+        // (stored as NULL in the record; the rows' order is its order).
+        let pk = st.col_i64(2);
+        let ok = if i == 0 {
+            pk == 1 && st.col_text(1)?.eq_ignore_ascii_case("INTEGER")
+        } else {
+            pk == 0
+        };
+        if !ok {
+            return None;
+        }
+        i += 1;
+    }
+    (i == table.columns.len() && root > 1).then_some(root)
 }
 
 impl Store {
@@ -145,11 +311,21 @@ impl Store {
             rt,
             conn,
             schema_version,
+            page_scans: true,
+            last_lean_scan: PagesAndSql::default(),
         })
     }
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Whether the lean scans (`for_each_lean_*`) read the tables' pages from the file
+    /// directly (the default; 4 to 6 times faster on a large run) or step SQL SELECTs. Both
+    /// give the same rows and values: where the pages hold anything the direct reader does not
+    /// expect, SQL takes over from that row.
+    pub fn set_page_scans(&mut self, on: bool) {
+        self.page_scans = on;
     }
 
     pub fn run(&mut self) -> Result<RunInfo> {
@@ -431,6 +607,219 @@ impl Store {
         )
     }
 
+    /// A lean scan of `table`: its pages read directly where possible (rows decoded from the
+    /// first `N` columns of each record by `from_record`, which returns `None` for anything
+    /// it does not expect), then, from the first row the pages could not give, SQL (`sql`
+    /// selects the rows from rowid `?1` on, decoded by `from_stmt`). `f` sees each row once,
+    /// in rowid order. One read transaction spans both, so they read the same file.
+    fn lean_scan<T, const N: usize>(
+        &mut self,
+        table: &Table,
+        sql: &str,
+        from_record: impl Fn(&Record<'_, N>) -> Option<T>,
+        from_stmt: impl Fn(&Stmt<'_>) -> T,
+        mut f: impl FnMut(&T),
+    ) -> Result<()> {
+        let page_scans = self.page_scans;
+        let conn = &mut self.conn;
+        let mut rows = PagesAndSql::default();
+        let rows_read = &mut rows;
+        let result = self.rt.block_on(async move {
+            let mut h = conn.lock_handle().await?;
+            let db = h.as_raw_handle();
+            let in_txn = page_scans && raw::exec(db, "BEGIN").is_ok();
+            let result = (|| {
+                let mut from = i64::MIN;
+                if let Some(root) = in_txn.then(|| table_root(db, table)).flatten() {
+                    // Reading the schema took SQLite's shared lock: until COMMIT no writer can
+                    // change the file.
+                    if let Some(pages) = PageFile::new(db) {
+                        let resume = pages.scan(root, |_, rec| {
+                            let Some(row) = Record::<N>::parse(rec).and_then(|r| from_record(&r))
+                            else {
+                                return false;
+                            };
+                            rows_read.pages += 1;
+                            f(&row);
+                            true
+                        });
+                        match resume {
+                            None => return Ok(()),
+                            Some(rowid) => from = rowid,
+                        }
+                    }
+                }
+                let mut st = Stmt::prepare(db, sql)?;
+                st.bind_i64(1, from)?;
+                while st.step()? {
+                    rows_read.sql += 1;
+                    f(&from_stmt(&st));
+                }
+                Ok(())
+            })();
+            // A read-only transaction: nothing to keep or undo.
+            let commit = if in_txn {
+                raw::exec(db, "COMMIT")
+            } else {
+                Ok(())
+            };
+            result.and(commit)
+        });
+        tracing::debug!(
+            "{}: {} rows from its pages, {} through SQL",
+            table.name,
+            rows.pages,
+            rows.sql
+        );
+        self.last_lean_scan = rows;
+        result
+    }
+
+    /// Every range and mark, in the order they were written, with only the columns of
+    /// [`LeanRange`]: what [`Store::for_each_range`] gives, faster.
+    pub fn for_each_lean_range(&mut self, f: impl FnMut(&LeanRange)) -> Result<()> {
+        // Columns in table order: SQLite decodes a record's header up to the last column read.
+        self.lean_scan(
+            &RANGES,
+            "SELECT kind, start_ns, end_ns, pid, tid, domain_id, name_id, category_id, \
+             input_dims_id, input_types_id FROM ranges WHERE id >= ?1 ORDER BY id",
+            |r: &Record<'_, 16>| {
+                Some(LeanRange {
+                    kind: range_kind(r.bytes(1)?),
+                    start_ns: r.i64(2)?,
+                    end_ns: r.opt_i64(3)?,
+                    pid: r.i64(4)?,
+                    tid: r.i64(5)?,
+                    domain: r.opt_i64(7)?.map(StrId),
+                    name: StrId(r.i64(8)?),
+                    category: r.opt_i64(9)?.map(StrId),
+                    input_dims: r.opt_i64(14)?.map(StrId),
+                    input_types: r.opt_i64(15)?.map(StrId),
+                })
+            },
+            |s| LeanRange {
+                kind: range_kind(s.col_bytes(0)),
+                start_ns: s.col_i64(1),
+                end_ns: s.col_opt_i64(2),
+                pid: s.col_i64(3),
+                tid: s.col_i64(4),
+                domain: s.col_opt_i64(5).map(StrId),
+                name: StrId(s.col_i64(6)),
+                category: s.col_opt_i64(7).map(StrId),
+                input_dims: s.col_opt_i64(8).map(StrId),
+                input_types: s.col_opt_i64(9).map(StrId),
+            },
+            f,
+        )
+    }
+
+    /// Every CUDA API call that has a correlation id, in the order they were written, with only
+    /// the columns of [`LeanLaunch`].
+    pub fn for_each_lean_launch(&mut self, mut f: impl FnMut(&LeanLaunch)) -> Result<()> {
+        self.lean_scan(
+            &API_CALLS,
+            "SELECT start_ns, pid, tid, correlation_id FROM api_calls WHERE id >= ?1 \
+             ORDER BY id",
+            |r: &Record<'_, 7>| {
+                let Some(correlation_id) = r.opt_i64(6)? else {
+                    return Some(None);
+                };
+                Some(Some(LeanLaunch {
+                    start_ns: r.i64(2)?,
+                    pid: r.i64(4)?,
+                    tid: r.i64(5)?,
+                    correlation_id,
+                }))
+            },
+            |s| {
+                s.col_opt_i64(3).map(|correlation_id| LeanLaunch {
+                    start_ns: s.col_i64(0),
+                    pid: s.col_i64(1),
+                    tid: s.col_i64(2),
+                    correlation_id,
+                })
+            },
+            |l| {
+                if let Some(l) = l {
+                    f(l)
+                }
+            },
+        )
+    }
+
+    /// Every kernel, in the order they were written, with only the columns of [`LeanKernel`].
+    pub fn for_each_lean_kernel(&mut self, f: impl FnMut(&LeanKernel)) -> Result<()> {
+        self.lean_scan(
+            &KERNELS,
+            "SELECT start_ns, end_ns, device_id, pid, correlation_id, external_id, name_id, \
+             graph_id FROM kernels WHERE id >= ?1 ORDER BY id",
+            |r: &Record<'_, 19>| {
+                Some(LeanKernel {
+                    start_ns: r.i64(1)?,
+                    end_ns: r.i64(2)?,
+                    device_id: r.i64(3)?,
+                    pid: r.opt_i64(5)?,
+                    correlation_id: r.opt_i64(6)?,
+                    external_id: r.opt_i64(7)?,
+                    name: StrId(r.i64(8)?),
+                    graph_id: r.opt_i64(18)?,
+                })
+            },
+            |s| LeanKernel {
+                start_ns: s.col_i64(0),
+                end_ns: s.col_i64(1),
+                device_id: s.col_i64(2),
+                pid: s.col_opt_i64(3),
+                correlation_id: s.col_opt_i64(4),
+                external_id: s.col_opt_i64(5),
+                name: StrId(s.col_i64(6)),
+                graph_id: s.col_opt_i64(7),
+            },
+            f,
+        )
+    }
+
+    /// Every memcpy and memset, in the order they were written, with only the columns of
+    /// [`LeanMemop`].
+    pub fn for_each_lean_memop(&mut self, f: impl FnMut(&LeanMemop)) -> Result<()> {
+        // Text read as for_each_memop reads it: invalid UTF-8 as no text.
+        let kind = |b: &[u8]| {
+            std::str::from_utf8(b)
+                .ok()
+                .and_then(MemopKind::parse)
+                .unwrap_or(MemopKind::Memcpy)
+        };
+        let copy_kind = |b: &[u8]| std::str::from_utf8(b).ok().map(CopyKind::parse);
+        self.lean_scan(
+            &MEMOPS,
+            "SELECT kind, start_ns, end_ns, device_id, pid, correlation_id, external_id, \
+             copy_kind FROM memops WHERE id >= ?1 ORDER BY id",
+            |r: &Record<'_, 11>| {
+                Some(LeanMemop {
+                    kind: kind(r.bytes(1)?),
+                    start_ns: r.i64(2)?,
+                    end_ns: r.i64(3)?,
+                    device_id: r.i64(4)?,
+                    pid: r.opt_i64(6)?,
+                    correlation_id: r.opt_i64(7)?,
+                    external_id: r.opt_i64(8)?,
+                    copy_kind: r.opt_bytes(10)?.and_then(copy_kind),
+                })
+            },
+            |s| LeanMemop {
+                kind: kind(s.col_bytes(0)),
+                start_ns: s.col_i64(1),
+                end_ns: s.col_i64(2),
+                device_id: s.col_i64(3),
+                pid: s.col_opt_i64(4),
+                correlation_id: s.col_opt_i64(5),
+                external_id: s.col_opt_i64(6),
+                copy_kind: s.col_opt_bytes(7).and_then(copy_kind),
+            },
+            f,
+        )
+    }
+
     /// Every flow end, in the order they were written.
     pub fn for_each_flow(&mut self, mut f: impl FnMut(Flow)) -> Result<()> {
         self.scan(
@@ -449,5 +838,388 @@ impl Store {
                 })
             },
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{CreateOptions, Writer};
+
+    /// A run whose rows mix every range kind, NULL and non-NULL values in every nullable column
+    /// the lean scans read, and API calls with and without correlation ids.
+    fn varied_run(path: &Path, rows: i64) {
+        let mut w = Writer::create(path, CreateOptions::default()).unwrap();
+        let names: Vec<StrId> = (0..7).map(|i| w.intern(&format!("name {i}"))).collect();
+        // A small deterministic generator: each row's choices differ, no two runs differ.
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        for i in 0..rows {
+            let t = i * 1_000;
+            let mut opt = |v: i64| (next(3) != 0).then_some(v);
+            let mut r = Range::new(
+                RangeKind::ALL[i as usize % RangeKind::ALL.len()],
+                names[i as usize % names.len()],
+                1 + i % 2,
+                10 + i % 3,
+                t,
+            );
+            r.end_ns = opt(t + 500);
+            r.end_tid = opt(11);
+            r.domain = opt(1).map(|_| names[1]);
+            r.category = opt(1).map(|_| names[2]);
+            r.color = opt(0xff00ff);
+            r.depth = opt(i % 4);
+            r.external_id = opt(i);
+            r.correlation_id = opt(i + 7);
+            r.input_dims = opt(1).map(|_| names[3]);
+            r.input_types = opt(1).map(|_| names[4]);
+            w.range(r).unwrap();
+            w.api_call(ApiCall {
+                api: if i % 5 == 0 {
+                    Api::Driver
+                } else {
+                    Api::Runtime
+                },
+                start_ns: t + 10,
+                end_ns: t + 20,
+                pid: 1 + i % 2,
+                tid: 10 + i % 3,
+                correlation_id: opt(i),
+                external_id: opt(i + 1),
+                name: names[5],
+                return_code: opt(0),
+            })
+            .unwrap();
+            w.kernel(Kernel {
+                start_ns: t + 100,
+                end_ns: t + 100 + i % 50,
+                device_id: i % 2,
+                stream_id: 7 + i % 3,
+                pid: opt(1 + i % 2),
+                correlation_id: opt(i),
+                external_id: opt(i + 1),
+                name: names[6],
+                grid: opt(1).map(|_| [i, 1, 1]),
+                block: opt(1).map(|_| [256, 1, 1]),
+                registers_per_thread: opt(32),
+                static_smem_bytes: opt(0),
+                dynamic_smem_bytes: opt(1024),
+                graph_id: opt(3),
+            })
+            .unwrap();
+            let memset = i % 4 == 0;
+            w.memop(Memop {
+                kind: if memset {
+                    MemopKind::Memset
+                } else {
+                    MemopKind::Memcpy
+                },
+                start_ns: t + 200,
+                end_ns: t + 300,
+                device_id: i % 2,
+                stream_id: 7,
+                pid: opt(1),
+                correlation_id: opt(i),
+                external_id: opt(i + 1),
+                bytes: opt(4096),
+                copy_kind: if memset {
+                    None
+                } else {
+                    opt(i % 12).map(CopyKind::from_cupti)
+                },
+                value: if memset { opt(0) } else { None },
+            })
+            .unwrap();
+        }
+        w.finish(RunInfo {
+            source_format: "cupti".into(),
+            ..Default::default()
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn range_kinds_read_as_parse_reads_them() {
+        for k in RangeKind::ALL {
+            assert_eq!(range_kind(k.as_str().as_bytes()), k);
+        }
+        for other in ["", "cpu_op ", "CPU_OP", "gpu_memcpy", "\u{e9}"] {
+            assert_eq!(
+                range_kind(other.as_bytes()),
+                RangeKind::parse(other).unwrap_or(RangeKind::Other)
+            );
+        }
+    }
+
+    #[test]
+    fn lean_scans_give_the_full_scans_columns() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.sqlite");
+        varied_run(&path, 3_000);
+        let mut s = Store::open(&path).unwrap();
+
+        let mut full = Vec::new();
+        s.for_each_range(|r| {
+            full.push(LeanRange {
+                kind: r.kind,
+                start_ns: r.start_ns,
+                end_ns: r.end_ns,
+                pid: r.pid,
+                tid: r.tid,
+                domain: r.domain,
+                name: r.name,
+                category: r.category,
+                input_dims: r.input_dims,
+                input_types: r.input_types,
+            })
+        })
+        .unwrap();
+        let mut lean = Vec::new();
+        s.for_each_lean_range(|r| lean.push(*r)).unwrap();
+        assert_eq!(full.len(), 3_000);
+        assert_eq!(lean, full);
+        // Every kind and both NULL and non-NULL in each nullable column were written.
+        assert!(RangeKind::ALL
+            .iter()
+            .all(|k| lean.iter().any(|r| r.kind == *k)));
+        assert!(lean.iter().any(|r| r.input_types.is_none()));
+        assert!(lean.iter().any(|r| r.input_types.is_some()));
+
+        let mut full = Vec::new();
+        s.for_each_api_call(|a| {
+            if let Some(correlation_id) = a.correlation_id {
+                full.push(LeanLaunch {
+                    start_ns: a.start_ns,
+                    pid: a.pid,
+                    tid: a.tid,
+                    correlation_id,
+                });
+            }
+        })
+        .unwrap();
+        let mut lean = Vec::new();
+        s.for_each_lean_launch(|a| lean.push(*a)).unwrap();
+        assert!(!lean.is_empty() && lean.len() < 3_000);
+        assert_eq!(lean, full);
+
+        let mut full = Vec::new();
+        s.for_each_kernel(|k| {
+            full.push(LeanKernel {
+                start_ns: k.start_ns,
+                end_ns: k.end_ns,
+                device_id: k.device_id,
+                pid: k.pid,
+                correlation_id: k.correlation_id,
+                external_id: k.external_id,
+                name: k.name,
+                graph_id: k.graph_id,
+            })
+        })
+        .unwrap();
+        let mut lean = Vec::new();
+        s.for_each_lean_kernel(|k| lean.push(*k)).unwrap();
+        assert_eq!(full.len(), 3_000);
+        assert_eq!(lean, full);
+        assert!(lean.iter().any(|k| k.graph_id.is_none()));
+        assert!(lean.iter().any(|k| k.graph_id.is_some()));
+
+        let mut full = Vec::new();
+        s.for_each_memop(|m| {
+            full.push(LeanMemop {
+                kind: m.kind,
+                start_ns: m.start_ns,
+                end_ns: m.end_ns,
+                device_id: m.device_id,
+                pid: m.pid,
+                correlation_id: m.correlation_id,
+                external_id: m.external_id,
+                copy_kind: m.copy_kind,
+            })
+        })
+        .unwrap();
+        let mut lean = Vec::new();
+        s.for_each_lean_memop(|m| lean.push(*m)).unwrap();
+        assert_eq!(full.len(), 3_000);
+        assert_eq!(lean, full);
+        assert!(lean.iter().any(|m| m.kind == MemopKind::Memset));
+        assert!(lean.iter().any(|m| m.copy_kind.is_none()));
+        assert!(lean.iter().any(|m| m.copy_kind == Some(CopyKind::DtoH)));
+    }
+
+    /// Runs `statements` on a writable connection to `path`.
+    fn sql(path: &Path, statements: &str) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            use sqlx::Connection;
+            let mut c = SqliteConnectOptions::new()
+                .filename(path)
+                .connect()
+                .await
+                .unwrap();
+            sqlx::raw_sql(sqlx::AssertSqlSafe(statements.to_string()))
+                .execute(&mut c)
+                .await
+                .unwrap();
+            c.close().await.unwrap();
+        });
+    }
+
+    /// What the four lean scans give, and how each read its rows.
+    struct LeanRows {
+        ranges: Vec<LeanRange>,
+        launches: Vec<LeanLaunch>,
+        kernels: Vec<LeanKernel>,
+        memops: Vec<LeanMemop>,
+        read: [PagesAndSql; 4],
+    }
+
+    fn lean_rows(s: &mut Store) -> LeanRows {
+        let mut ranges = Vec::new();
+        s.for_each_lean_range(|r| ranges.push(*r)).unwrap();
+        let r = s.last_lean_scan;
+        let mut launches = Vec::new();
+        s.for_each_lean_launch(|l| launches.push(*l)).unwrap();
+        let l = s.last_lean_scan;
+        let mut kernels = Vec::new();
+        s.for_each_lean_kernel(|k| kernels.push(*k)).unwrap();
+        let k = s.last_lean_scan;
+        let mut memops = Vec::new();
+        s.for_each_lean_memop(|m| memops.push(*m)).unwrap();
+        LeanRows {
+            ranges,
+            launches,
+            kernels,
+            memops,
+            read: [r, l, k, s.last_lean_scan],
+        }
+    }
+
+    /// The lean scans with page reading on and off, which must give the same rows; returns how
+    /// the page scans read theirs.
+    fn pages_agree_with_sql(path: &Path) -> [PagesAndSql; 4] {
+        let mut s = Store::open(path).unwrap();
+        let pages = lean_rows(&mut s);
+        s.set_page_scans(false);
+        let sql = lean_rows(&mut s);
+        assert!(sql.read.iter().all(|r| r.pages == 0 && r.sql > 0));
+        assert_eq!(pages.ranges, sql.ranges);
+        assert_eq!(pages.launches, sql.launches);
+        assert_eq!(pages.kernels, sql.kernels);
+        assert_eq!(pages.memops, sql.memops);
+        pages.read
+    }
+
+    fn all_pages(rows: u64) -> PagesAndSql {
+        PagesAndSql {
+            pages: rows,
+            sql: 0,
+        }
+    }
+
+    #[test]
+    fn page_scans_read_every_row_as_sql_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.sqlite");
+        // Enough rows for b-trees three levels deep.
+        varied_run(&path, 40_000);
+        assert_eq!(pages_agree_with_sql(&path), [all_pages(40_000); 4]);
+    }
+
+    #[test]
+    fn page_scans_follow_small_pages_and_overflow_chains() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.sqlite");
+        varied_run(&path, 3_000);
+        // Small pages make deep trees; a 2,000-byte kind pushes the rest of its record onto
+        // overflow pages (such kinds read as `Other` either way).
+        sql(
+            &path,
+            "PRAGMA page_size = 512; VACUUM; \
+             UPDATE ranges SET kind = kind || printf('%.2000c', 'x') WHERE id % 100 = 7;",
+        );
+        assert_eq!(pages_agree_with_sql(&path), [all_pages(3_000); 4]);
+        let mut s = Store::open(&path).unwrap();
+        let mut others = 0;
+        s.for_each_lean_range(|r| others += u64::from(r.kind == RangeKind::Other))
+            .unwrap();
+        assert!(others >= 30);
+    }
+
+    #[test]
+    fn sql_takes_over_from_the_first_value_pages_do_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.sqlite");
+        varied_run(&path, 3_000);
+        // Floats and a text in integer columns: SQL reads them truncated, and as 0.
+        sql(
+            &path,
+            "UPDATE ranges SET pid = 'x' WHERE id = 2000; \
+             UPDATE kernels SET start_ns = 1.5 WHERE id = 1000; \
+             UPDATE api_calls SET tid = 2.5 WHERE id = 500 AND correlation_id IS NOT NULL; \
+             UPDATE api_calls SET correlation_id = 7 WHERE id = 500; \
+             UPDATE memops SET device_id = 2.5 WHERE id = 2500;",
+        );
+        let read = pages_agree_with_sql(&path);
+        assert_eq!(
+            read,
+            [
+                PagesAndSql {
+                    pages: 1_999,
+                    sql: 1_001
+                },
+                PagesAndSql {
+                    pages: 499,
+                    sql: 2_501
+                },
+                PagesAndSql {
+                    pages: 999,
+                    sql: 2_001
+                },
+                PagesAndSql {
+                    pages: 2_499,
+                    sql: 501
+                },
+            ]
+        );
+        let mut s = Store::open(&path).unwrap();
+        let rows = lean_rows(&mut s);
+        assert_eq!(rows.ranges[1_999].pid, 0);
+        assert_eq!(rows.kernels[999].start_ns, 1);
+        assert!(rows
+            .launches
+            .iter()
+            .any(|l| l.correlation_id == 7 && l.tid == 2));
+        assert_eq!(rows.memops[2_499].device_id, 2);
+    }
+
+    #[test]
+    fn a_table_with_other_columns_is_read_through_sql() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.sqlite");
+        varied_run(&path, 500);
+        sql(&path, "ALTER TABLE kernels ADD COLUMN cluster_x INTEGER;");
+        let read = pages_agree_with_sql(&path);
+        assert_eq!(read[2], PagesAndSql { pages: 0, sql: 500 });
+        assert_eq!(read[0], all_pages(500));
+    }
+
+    #[test]
+    fn a_wal_file_is_read_through_sql() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.sqlite");
+        varied_run(&path, 500);
+        sql(&path, "PRAGMA journal_mode = WAL;");
+        let mut s = Store::open(&path).unwrap();
+        let rows = lean_rows(&mut s);
+        assert_eq!(rows.ranges.len(), 500);
+        assert_eq!(s.last_lean_scan, PagesAndSql { pages: 0, sql: 500 });
     }
 }
