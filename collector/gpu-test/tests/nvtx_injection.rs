@@ -6,14 +6,28 @@ use std::process::Command;
 
 use fuseprof_store::{RangeKind, Store};
 
-/// The tracer library cargo built next to this package's binaries (`cargo test --workspace`
-/// builds it).
+/// The tracer library, built next to this package's binaries: `cargo test` builds only the
+/// test harness of a cdylib crate, so the library itself is built here when it is missing.
 fn tracer() -> PathBuf {
     let bench = PathBuf::from(env!("CARGO_BIN_EXE_nvtx-bench"));
     let so = bench.with_file_name("libfuseprof_tracer.so");
+    if !so.is_file() {
+        let profile_dir = bench.parent().unwrap();
+        let target_dir = profile_dir.parent().unwrap();
+        let mut cargo = Command::new(env!("CARGO"));
+        cargo
+            .args(["build", "-p", "fuseprof-tracer", "--target-dir"])
+            .arg(target_dir)
+            .current_dir(env!("CARGO_MANIFEST_DIR"));
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            cargo.arg("--release");
+        }
+        let status = cargo.status().unwrap();
+        assert!(status.success(), "building the tracer failed: {status}");
+    }
     assert!(
         so.is_file(),
-        "{} is missing: build the workspace (cargo test --workspace builds the tracer)",
+        "{} is missing after building the tracer",
         so.display()
     );
     so
