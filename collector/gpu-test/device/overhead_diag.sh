@@ -2,7 +2,7 @@
 # Where the collector's overhead comes from: the Swin-T loop under each tracing configuration,
 # at batch 1 (CPU-bound: time per step = host cost of one step) and at batch 64 (the loop the
 # overhead target is about). Each configuration runs in its own process; rounds are interleaved.
-# DIAG_SET=all (every diagnostic), main, final, final2, shapes or shapes2 (the configurations the README reports);
+# DIAG_SET=all (every diagnostic), main, final, final2, shapes, shapes2 or shapes3 (the configurations the README reports);
 # ROUNDS_ALT>0 adds in-process comparisons (--window alternate).
 # Writes $OUT/diag.jsonl (one row per process, with per-step times) and $OUT/diag.log.
 # Needs .dev-collector/ (fuseprof, libfuseprof_tracer.so).
@@ -77,6 +77,13 @@ configs() { # batch steps
   one cuda_shapes_no_sync_overhead $b $n "" FUSEPROF_CUPTI_KINDS=kernel,memcpy,memset,runtime,driver -- $T --pytorch shapes -- python3
   one cuda_shapes_all_api $b $n "" X=1 -- $T --all-api --pytorch shapes -- python3
   one emit_nvtx_shapes_no_tracer $b $n "" PYTHONPATH=$PWD/collector/python FUSEPROF_PYTORCH=shapes -- python3
+  one torchprof $b $n "--window torchprof" X=1 -- python3
+  ;;
+  shapes3)
+  one cuda_shapes $b $n "" X=1 -- $T --pytorch shapes -- python3
+  one cuda_shapes_default_tid $b $n "" FUSEPROF_CUPTI_DEFAULT_TID=1 -- $T --pytorch shapes -- python3
+  one cuda_shapes_4mb_buffers $b $n "" FUSEPROF_CUPTI_BUFFER_MB=4 -- $T --pytorch shapes -- python3
+  one cuda_shapes_kineto_like $b $n "" FUSEPROF_CUPTI_DEFAULT_TID=1 FUSEPROF_CUPTI_BUFFER_MB=4 FUSEPROF_CUPTI_ZERO=1 -- $T --pytorch shapes -- python3
   one torchprof $b $n "--window torchprof" X=1 -- python3
   ;;
   esac

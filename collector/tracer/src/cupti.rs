@@ -16,7 +16,18 @@ use cudarc::cupti::sys::{self, CUptiResult, CUpti_ActivityKind as K};
 use crate::spool::{flush_reason, tag, Enc};
 use crate::{capture as mode, now_ns, tracer, wake_writer, Tracer, CAPTURE_MODE, CAPTURING};
 
-const BUFFER_BYTES: usize = 8 << 20;
+/// CUPTI activity buffer size: 8 MB, or FUSEPROF_CUPTI_BUFFER_MB (a diagnostic).
+fn buffer_bytes() -> usize {
+    static BYTES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *BYTES.get_or_init(|| {
+        std::env::var("FUSEPROF_CUPTI_BUFFER_MB")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok())
+            .filter(|&mb| (1..=256).contains(&mb))
+            .unwrap_or(8)
+            << 20
+    })
+}
 const BUFFER_ALIGN: usize = 8;
 /// The record layouts below are CUDA 13.0's (cuptiGetVersion 130000 and up).
 const MIN_VERSION: u32 = 130000;
@@ -227,9 +238,13 @@ pub fn start(t: &'static Tracer) {
     // SAFETY: plain CUPTI calls with known kinds.
     unsafe {
         // Thread ids as the OS numbers them (gettid), the same ids NVTX records carry.
-        sys::cuptiSetThreadIdType(
-            sys::CUpti_ActivityThreadIdType::CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM,
-        );
+        // FUSEPROF_CUPTI_DEFAULT_TID=1 (a diagnostic) leaves CUPTI's default, whose ids do not
+        // match NVTX's, so API calls then lose their ranges.
+        if !env_flag("FUSEPROF_CUPTI_DEFAULT_TID") {
+            sys::cuptiSetThreadIdType(
+                sys::CUpti_ActivityThreadIdType::CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM,
+            );
+        }
         sys::cuptiActivityEnable(K::CUPTI_ACTIVITY_KIND_DEVICE);
         sys::cuptiActivityEnable(K::CUPTI_ACTIVITY_KIND_CONTEXT);
         // No periodic flush by default: CUPTI's flush thread contends with the program's
@@ -475,7 +490,7 @@ const POOL_PREFILL: usize = 4;
 
 fn layout() -> Layout {
     // SAFETY: constant, non-zero size and a power-of-two alignment.
-    unsafe { Layout::from_size_align_unchecked(BUFFER_BYTES, BUFFER_ALIGN) }
+    unsafe { Layout::from_size_align_unchecked(buffer_bytes(), BUFFER_ALIGN) }
 }
 
 /// A new buffer with every page already faulted in, or null.
@@ -483,8 +498,8 @@ fn new_buffer() -> *mut u8 {
     // SAFETY: non-zero layout.
     let p = unsafe { alloc(layout()) };
     if !p.is_null() {
-        // SAFETY: p holds BUFFER_BYTES bytes.
-        unsafe { std::ptr::write_bytes(p, 0, BUFFER_BYTES) };
+        // SAFETY: p holds buffer_bytes() bytes.
+        unsafe { std::ptr::write_bytes(p, 0, buffer_bytes()) };
     }
     p
 }
@@ -506,7 +521,7 @@ unsafe extern "C" fn buffer_requested(buffer: *mut *mut u8, size: *mut usize, ma
         // SAFETY: out pointers come from CUPTI.
         unsafe {
             *buffer = p;
-            *size = if p.is_null() { 0 } else { BUFFER_BYTES };
+            *size = if p.is_null() { 0 } else { buffer_bytes() };
             *max = 0;
         }
     });
