@@ -212,7 +212,24 @@ impl RangeKind {
         }
     }
     pub fn parse(s: &str) -> Option<Self> {
-        RangeKind::ALL.into_iter().find(|k| k.as_str() == s)
+        Self::from_bytes(s.as_bytes())
+    }
+    /// [`RangeKind::parse`] on the stored bytes, without a UTF-8 check: the scans read
+    /// `ranges.kind` once per row.
+    pub fn from_bytes(text: &[u8]) -> Option<Self> {
+        Some(match text {
+            b"nvtx_push_pop" => RangeKind::NvtxPushPop,
+            b"nvtx_start_end" => RangeKind::NvtxStartEnd,
+            b"nvtx_mark" => RangeKind::NvtxMark,
+            b"cpu_op" => RangeKind::CpuOp,
+            b"user_annotation" => RangeKind::UserAnnotation,
+            b"gpu_user_annotation" => RangeKind::GpuUserAnnotation,
+            b"python_function" => RangeKind::PythonFunction,
+            b"cuda_sync" => RangeKind::CudaSync,
+            b"instant" => RangeKind::Instant,
+            b"other" => RangeKind::Other,
+            _ => return None,
+        })
     }
     /// Ranges that sit on GPU tracks: their `pid`/`tid` are device/stream.
     pub fn is_gpu_side(self) -> bool {

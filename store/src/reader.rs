@@ -13,21 +13,9 @@ use crate::raw::{self, Stmt};
 use crate::{Error, Result, SCHEMA_VERSION};
 use pages::{PageFile, Record};
 
-/// `ranges.kind` as stored; what [`RangeKind::parse`] gives for the same text, without the
-/// UTF-8 check and the string compares.
+/// `ranges.kind` as stored, unknown text read as [`RangeKind::Other`] (as the full scan does).
 fn range_kind(text: &[u8]) -> RangeKind {
-    match text {
-        b"nvtx_push_pop" => RangeKind::NvtxPushPop,
-        b"nvtx_start_end" => RangeKind::NvtxStartEnd,
-        b"nvtx_mark" => RangeKind::NvtxMark,
-        b"cpu_op" => RangeKind::CpuOp,
-        b"user_annotation" => RangeKind::UserAnnotation,
-        b"gpu_user_annotation" => RangeKind::GpuUserAnnotation,
-        b"python_function" => RangeKind::PythonFunction,
-        b"cuda_sync" => RangeKind::CudaSync,
-        b"instant" => RangeKind::Instant,
-        _ => RangeKind::Other,
-    }
+    RangeKind::from_bytes(text).unwrap_or(RangeKind::Other)
 }
 
 /// An open, complete run.
@@ -584,10 +572,7 @@ impl Store {
              FROM ranges ORDER BY id",
             |s| {
                 f(Range {
-                    kind: s
-                        .col_text(0)
-                        .and_then(RangeKind::parse)
-                        .unwrap_or(RangeKind::Other),
+                    kind: range_kind(s.col_bytes(0)),
                     start_ns: s.col_i64(1),
                     end_ns: s.col_opt_i64(2),
                     pid: s.col_i64(3),

@@ -102,8 +102,7 @@ def main():
                 torch.cuda.profiler.start()
             else:
                 torch.cuda.profiler.stop()
-            t_switch = time.perf_counter()
-            ends.append(t_switch)
+            ends.append(time.perf_counter())
             on.append(None)
         step()
         ends.append(time.perf_counter())

@@ -334,7 +334,7 @@ const QUIET_DRIVER: &[&str] = &[
 fn quiet_cbids() -> &'static [(bool, u32)] {
     static IDS: std::sync::OnceLock<Vec<(bool, u32)>> = std::sync::OnceLock::new();
     IDS.get_or_init(|| {
-        if std::env::var_os("FUSEPROF_ALL_API").is_some_and(|v| v != "0") {
+        if env_flag("FUSEPROF_ALL_API") {
             return Vec::new();
         }
         let mut ids = Vec::new();
