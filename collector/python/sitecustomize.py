@@ -7,6 +7,12 @@ FUSEPROF_PYTORCH:
   modules  shapes, plus one range per nn.Module call named "module:<path>:<Class>", e.g.
            "module:layers.0.blocks.1.attn:WindowAttention" (the root is "module::SwinTransformer")
 
+Op ranges come from fuseprof's own RecordFunction observer (fuseprof_ops.cpp), which pushes
+them straight into the tracer with emit_nvtx's names and costs less; it is compiled with g++
+against the installed torch on first use and cached (FUSEPROF_CACHE, default
+~/.cache/fuseprof). Without a compiler, outside `fuseprof collect`, or with
+FUSEPROF_OPS_OBSERVER=emit_nvtx, torch.autograd.profiler.emit_nvtx makes them instead.
+
 Nothing happens until the program imports torch; torch is never imported on its behalf.
 Any sitecustomize that was on the path before this one still runs.
 """
@@ -39,6 +45,81 @@ def _chain_previous_sitecustomize():
 
 def _enable(torch, mode):
     record_shapes = mode in ("shapes", "modules")
+    if not _install_observer(torch, record_shapes):
+        _enable_emit_nvtx(torch, record_shapes)
+    if mode == "modules":
+        _install_module_hooks(torch)
+
+
+def _install_observer(torch, record_shapes):
+    """fuseprof's op observer; False (after saying why, when it is a failure) if not used."""
+    tracer = os.environ.get("NVTX_INJECTION64_PATH", "")
+    if os.environ.get("FUSEPROF_OPS_OBSERVER", "") == "emit_nvtx" or not tracer:
+        return False
+    try:
+        import ctypes
+
+        lib = ctypes.CDLL(_observer_library(torch))
+        lib.fuseprof_ops_install.argtypes = [ctypes.c_char_p, ctypes.c_int]
+        lib.fuseprof_ops_install.restype = ctypes.c_int
+        rc = lib.fuseprof_ops_install(tracer.encode(), 1 if record_shapes else 0)
+        if rc != 0:
+            raise RuntimeError("the tracer %s has no fuseprof_range_push (code %d)" % (tracer, rc))
+        torch._fuseprof_ops_observer = lib  # keep it loaded
+        return True
+    except Exception as e:
+        sys.stderr.write("fuseprof: op observer unavailable (%s); using emit_nvtx\n" % (e,))
+        return False
+
+
+def _observer_library(torch):
+    """Path of the observer built for this torch: from the cache, or compiled now."""
+    import hashlib
+    import subprocess
+    import time
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    src = os.path.join(here, "fuseprof_ops.cpp")
+    torch_dir = os.path.dirname(os.path.abspath(torch.__file__))
+    include, libdir = os.path.join(torch_dir, "include"), os.path.join(torch_dir, "lib")
+    abi = int(bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True)))
+    with open(src, "rb") as f:
+        code = f.read()
+    key = hashlib.sha256(b"|".join([code, torch.__version__.encode(), torch_dir.encode(), b"%d" % abi]))
+    cache = os.environ.get("FUSEPROF_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "fuseprof"
+    )
+    so = os.path.join(cache, "ops-observer-%s.so" % key.hexdigest()[:16])
+    if os.path.isfile(so):
+        return so
+    os.makedirs(cache, exist_ok=True)
+    tmp = "%s.%d.tmp" % (so, os.getpid())
+    started = time.time()
+    error = "no compiler run"
+    for std in ("c++17", "c++20"):
+        # -DNDEBUG as torch's own release build: RecordFunction's layout depends on it.
+        cmd = [os.environ.get("CXX", "g++"), "-O2", "-DNDEBUG", "-std=" + std, "-shared", "-fPIC",
+               "-D_GLIBCXX_USE_CXX11_ABI=%d" % abi, "-I", include, src, "-o", tmp,
+               "-L", libdir, "-lc10", "-ltorch_cpu", "-Wl,-rpath," + libdir]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True)
+        except OSError as e:
+            raise RuntimeError("cannot run %s: %s" % (cmd[0], e))
+        if r.returncode == 0:
+            os.replace(tmp, so)  # atomic: processes building at once each publish a whole file
+            sys.stderr.write("fuseprof: built the PyTorch op observer in %.1f s (%s)\n"
+                             % (time.time() - started, so))
+            return so
+        lines = [l for l in r.stderr.splitlines() if "error" in l] or r.stderr.splitlines() or [""]
+        error = "%s -std=%s failed: %s" % (cmd[0], std, lines[0][:300])
+    try:
+        os.unlink(tmp)
+    except OSError:
+        pass
+    raise RuntimeError(error)
+
+
+def _enable_emit_nvtx(torch, record_shapes):
     ctx = torch.autograd.profiler.emit_nvtx(record_shapes=record_shapes)
     # emit_nvtx.__enter__ synchronises the GPU first, which would initialise CUDA in every
     # process that imports torch (DataLoader workers fork after this): skip that step.
@@ -60,8 +141,6 @@ def _enable(torch, mode):
     import atexit
 
     atexit.register(_stop)
-    if mode == "modules":
-        _install_module_hooks(torch)
 
 
 def _install_module_hooks(torch):

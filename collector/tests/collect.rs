@@ -186,7 +186,7 @@ fn environment_reaches_the_program_and_children() {
     let dir = tempfile::tempdir().unwrap();
     let seen = dir.path().join("env.txt");
     let script = format!(
-        "sh -c 'echo \"$FUSEPROF_SPOOL_DIR|$CUDA_INJECTION64_PATH|$NVTX_INJECTION64_PATH|$FUSEPROF_PYTORCH|$FUSEPROF_CAPTURE|$PYTHONPATH\"' > {}",
+        "sh -c 'echo \"$FUSEPROF_SPOOL_DIR|$CUDA_INJECTION64_PATH|$NVTX_INJECTION64_PATH|$FUSEPROF_PYTORCH|$FUSEPROF_CAPTURE|$PYTHONPATH|$(ls \"${{PYTHONPATH%%:*}}\" | tr \"\\n\" \" \")\"' > {}",
         seen.display()
     );
     let mut cfg = config(dir.path(), "run.sqlite", &["sh", "-c", &script]);
@@ -204,6 +204,12 @@ fn environment_reaches_the_program_and_children() {
     assert_eq!(parts[4], "nvtx:step");
     assert!(
         parts[5].ends_with("/python") || parts[5].contains("/python:"),
+        "{text}"
+    );
+    // The hook and the op observer's source it compiles.
+    assert_eq!(
+        parts[6].trim(),
+        "fuseprof_ops.cpp sitecustomize.py",
         "{text}"
     );
     assert!(

@@ -3,6 +3,7 @@
   python check.py gpu-test EXPECTED.json RUN.sqlite      counts against the program's own
   python check.py compare RUN.sqlite KINETO.json          kernels and GPU time vs the PyTorch profiler
   python check.py summary RUN.sqlite                      row counts
+  python check.py pids RUN.sqlite                         per process: name, kernels, devices, ranges
 Prints one JSON object; exits 1 when a check fails.
 """
 import json, sqlite3, sys
@@ -25,6 +26,17 @@ def summary(db):
     out["run"] = dict(zip([d[0] for d in db.execute("select * from run").description], q(db, "select * from run")[0]))
     out["devices_rows"] = q(db, "select id, name, compute_major, compute_minor, sm_count, memory_bytes from devices")
     return out
+
+
+def pids(db):
+    rows = q(db, """select p.pid, p.name,
+                     (select count(*) from kernels k where k.pid = p.pid),
+                     (select group_concat(distinct k.device_id) from kernels k where k.pid = p.pid),
+                     (select count(*) from ranges r where r.pid = p.pid and r.kind = 'nvtx_push_pop'),
+                     (select count(*) from ranges r where r.pid = p.pid and r.kind = 'nvtx_mark')
+                     from processes p order by p.pid""")
+    return {"processes": [dict(pid=r[0], name=r[1], kernels=r[2], devices=r[3], push_pop=r[4], marks=r[5])
+                          for r in rows]}
 
 
 def gpu_test(expected_path, run_path):
@@ -101,6 +113,8 @@ if __name__ == "__main__":
         r = gpu_test(sys.argv[2], sys.argv[3])
     elif cmd == "compare":
         r = compare(sys.argv[2], sys.argv[3])
+    elif cmd == "pids":
+        r = pids(sqlite3.connect(sys.argv[2]))
     else:
         r = summary(sqlite3.connect(sys.argv[2]))
     print(json.dumps(r, default=str))

@@ -2,7 +2,7 @@
 # Where the collector's overhead comes from: the Swin-T loop under each tracing configuration,
 # at batch 1 (CPU-bound: time per step = host cost of one step) and at batch 64 (the loop the
 # overhead target is about). Each configuration runs in its own process; rounds are interleaved.
-# DIAG_SET=all (every diagnostic), main, final, final2, shapes, shapes2 or shapes3 (the configurations the README reports);
+# DIAG_SET=all (every diagnostic), main, final, final2, observer, shapes, shapes2 or shapes3 (the configurations the README reports);
 # ROUNDS_ALT>0 adds in-process comparisons (--window alternate).
 # Writes $OUT/diag.jsonl (one row per process, with per-step times) and $OUT/diag.log.
 # Needs .dev-collector/ (fuseprof, libfuseprof_tracer.so).
@@ -69,6 +69,16 @@ configs() { # batch steps
   one cuda_shapes $b $n "" X=1 -- $T --pytorch shapes -- python3
   one cuda_shapes_no_flush_period $b $n "" FUSEPROF_CUPTI_FLUSH_PERIOD_MS=0 -- $T --pytorch shapes -- python3
   one cuda_shapes_per_thread $b $n "" FUSEPROF_CUPTI_PER_THREAD=1 -- $T --pytorch shapes -- python3
+  one emit_nvtx_shapes_no_tracer $b $n "" PYTHONPATH=$PWD/collector/python FUSEPROF_PYTORCH=shapes -- python3
+  one torchprof $b $n "--window torchprof" X=1 -- python3
+  ;;
+  observer)
+  one base $b $n "" X=1 -- python3
+  one cuda $b $n "" X=1 -- $T --pytorch none -- python3
+  one cuda_shapes $b $n "" X=1 -- $T --pytorch shapes -- python3
+  one cuda_shapes_emit_nvtx $b $n "" FUSEPROF_OPS_OBSERVER=emit_nvtx -- $T --pytorch shapes -- python3
+  one observer_shapes_no_cupti $b $n "" FUSEPROF_CUPTI_KINDS=none -- $T --pytorch shapes -- python3
+  one cuda_modules $b $n "" X=1 -- $T --pytorch modules -- python3
   one emit_nvtx_shapes_no_tracer $b $n "" PYTHONPATH=$PWD/collector/python FUSEPROF_PYTORCH=shapes -- python3
   one torchprof $b $n "--window torchprof" X=1 -- python3
   ;;

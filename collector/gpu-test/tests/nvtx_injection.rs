@@ -35,12 +35,23 @@ fn tracer() -> PathBuf {
 
 #[test]
 fn every_push_and_pop_reaches_the_run() {
+    pairs_reach_the_run(None);
+}
+
+/// The entry points fuseprof's PyTorch op observer calls instead of NVTX give the same ranges.
+#[test]
+fn direct_pushes_reach_the_run_as_nvtx_pushes_do() {
+    pairs_reach_the_run(Some("direct"));
+}
+
+fn pairs_reach_the_run(mode: Option<&str>) {
     let dir = tempfile::tempdir().unwrap();
     let spool = dir.path().join("spool");
     std::fs::create_dir(&spool).unwrap();
     let n = 3000;
     let out = Command::new(env!("CARGO_BIN_EXE_nvtx-bench"))
         .arg(n.to_string())
+        .args(mode)
         .env("NVTX_INJECTION64_PATH", tracer())
         .env("FUSEPROF_SPOOL_DIR", &spool)
         .output()
@@ -48,6 +59,8 @@ fn every_push_and_pop_reaches_the_run() {
     assert!(out.status.success(), "{out:?}");
     let line = String::from_utf8(out.stdout).unwrap();
     assert!(line.contains("\"traced\":true"), "{line}");
+    let direct = format!("\"direct\":{}", mode.is_some());
+    assert!(line.contains(&direct), "{line}");
 
     let run = dir.path().join("run.sqlite");
     let counts = fuseprof_collector::collect::ingest_spool_dir(&spool, &run).unwrap();
@@ -69,8 +82,65 @@ fn every_push_and_pop_reaches_the_run() {
             // The emit_nvtx-style name is split into the op and its input shapes.
             assert_eq!(strings.get(r.name), "aten::linear");
             let dims = r.input_dims.map(|d| strings.get(d)).unwrap_or("");
-            assert!(dims.starts_with("[[64,3136,96],[288,96],[288]"), "{dims}");
+            // emit_nvtx's `input_op_ids` tail is not part of the shapes.
+            assert_eq!(dims, "[[64,3136,96],[288,96],[288]]");
         })
         .unwrap();
     assert_eq!(ranges, n + n / 10);
+}
+
+/// A forked child that leaves through `_exit` (as DataLoader workers do) still lands in the run
+/// with its own pid and every record it made, and without a "no final flush" warning.
+#[test]
+fn a_forked_child_that_exits_with_underscore_exit_keeps_its_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool = dir.path().join("spool");
+    std::fs::create_dir(&spool).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_fork-child"))
+        .env("NVTX_INJECTION64_PATH", tracer())
+        .env("FUSEPROF_SPOOL_DIR", &spool)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let pids: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (parent, child) = (
+        pids["parent"].as_u64().unwrap() as u32,
+        pids["child"].as_u64().unwrap() as u32,
+    );
+
+    let run = dir.path().join("run.sqlite");
+    let (_, warnings) =
+        fuseprof_collector::collect::ingest_spool_dir_with_warnings(&spool, &run).unwrap();
+    assert!(
+        !warnings.iter().any(|w| w.contains(&child.to_string())),
+        "{warnings:?}"
+    );
+    let mut store = Store::open(&run).unwrap();
+    let strings = store.strings().unwrap();
+    let mut seen = Vec::new();
+    store
+        .for_each_range(|r| seen.push((r.pid as u32, r.kind, strings.get(r.name).to_string())))
+        .unwrap();
+    let count = |pid: u32, kind: RangeKind, name: &str| {
+        seen.iter()
+            .filter(|(p, k, n)| *p == pid && *k == kind && n == name)
+            .count()
+    };
+    assert_eq!(count(child, RangeKind::NvtxMark, "item"), 5, "{seen:?}");
+    assert_eq!(
+        count(child, RangeKind::NvtxPushPop, "child-range"),
+        1,
+        "{seen:?}"
+    );
+    assert_eq!(
+        count(parent, RangeKind::NvtxPushPop, "parent"),
+        1,
+        "{seen:?}"
+    );
+    // The child's copy of the parent's open range is not the child's.
+    assert_eq!(
+        count(child, RangeKind::NvtxPushPop, "parent"),
+        0,
+        "{seen:?}"
+    );
 }

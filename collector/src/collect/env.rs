@@ -10,6 +10,8 @@ use super::{spool, CollectConfig, CollectError, Result};
 pub const TRACER_ENV: &str = "FUSEPROF_TRACER";
 pub const TRACER_FILE_NAME: &str = "libfuseprof_tracer.so";
 const SITECUSTOMIZE: &str = include_str!("../../python/sitecustomize.py");
+/// fuseprof's PyTorch op observer, compiled by the hook on first use (see sitecustomize.py).
+const OPS_OBSERVER: &str = include_str!("../../python/fuseprof_ops.cpp");
 
 /// The tracer library: `$FUSEPROF_TRACER`, else next to the running executable, else in
 /// `../lib` or `../lib/fuseprof` beside it.
@@ -191,7 +193,8 @@ pub fn prepare(
     if let Some(mode) = cfg.pytorch.env_value() {
         let py_dir = spool_dir.join("python");
         let written = std::fs::create_dir_all(&py_dir)
-            .and_then(|()| std::fs::write(py_dir.join("sitecustomize.py"), SITECUSTOMIZE));
+            .and_then(|()| std::fs::write(py_dir.join("sitecustomize.py"), SITECUSTOMIZE))
+            .and_then(|()| std::fs::write(py_dir.join("fuseprof_ops.cpp"), OPS_OBSERVER));
         match written {
             Ok(()) => {
                 cmd.env("PYTHONPATH", prepend("PYTHONPATH", &py_dir));

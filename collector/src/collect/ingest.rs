@@ -95,6 +95,8 @@ struct Defs {
     cupti_dropped: u64,
     nvtx_dropped: u64,
     final_flush: bool,
+    /// The process wrote each record as it happened (a forked child): nothing to lose.
+    write_through: bool,
     statuses: Vec<(u8, String)>,
 }
 
@@ -160,6 +162,7 @@ fn collect_defs(data: &[u8]) -> Defs {
                     d.registered.insert(id, p.str()?);
                 }
                 tag::CLOCK => d.clock_offset_ns = p.i64()?,
+                tag::WRITE_THROUGH => d.write_through = true,
                 tag::FLUSHED => {
                     let _ts = p.u64()?;
                     let reason = p.u8()?;
@@ -235,9 +238,27 @@ fn split_message(text: &str) -> (String, Option<String>, Option<(String, String)
         return (text.to_string(), None, None);
     }
     let name = text.split(", ").next().unwrap_or(text).to_string();
-    let dims = text
-        .split_once(", sizes = ")
-        .map(|(_, s)| s.chars().filter(|c| !c.is_whitespace()).collect::<String>());
+    let dims = text.split_once(", sizes = ").map(|(_, s)| {
+        // The list ends at its matching bracket; emit_nvtx may append `, input_op_ids = [...]`.
+        let mut depth = 0i32;
+        let end = (s.starts_with('['))
+            .then(|| s.char_indices())
+            .into_iter()
+            .flatten()
+            .find_map(|(i, c)| {
+                match c {
+                    '[' => depth += 1,
+                    ']' => depth -= 1,
+                    _ => {}
+                }
+                (depth == 0).then_some(i + c.len_utf8())
+            })
+            .unwrap_or(s.len());
+        s[..end]
+            .chars()
+            .filter(|c| !c.is_whitespace())
+            .collect::<String>()
+    });
     (name, dims, None)
 }
 
@@ -321,7 +342,7 @@ fn ingest_one(data: &[u8], w: &mut Writer, report: &mut Report) -> Result<()> {
                 .push(format!("process {pid} ({exe_name}): {m}"));
         }
     }
-    if !defs.final_flush {
+    if !defs.final_flush && !defs.write_through {
         report.warnings.push(format!(
             "process {pid} ({exe_name}) ended without a final flush (it crashed, was killed, or \
              left through _exit); the run keeps what it had written"

@@ -470,16 +470,25 @@ fn make_spool_dir() -> Result<PathBuf> {
 
 /// Reads spool files straight into a new run: for tests and for recovering a kept spool.
 pub fn ingest_spool_dir(spool_dir: &Path, output: &Path) -> Result<Counts> {
+    Ok(ingest_spool_dir_with_warnings(spool_dir, output)?.0)
+}
+
+/// [`ingest_spool_dir`], also returning the warnings `collect` would print.
+pub fn ingest_spool_dir_with_warnings(
+    spool_dir: &Path,
+    output: &Path,
+) -> Result<(Counts, Vec<String>)> {
     let mut writer = Writer::create(output, CreateOptions { overwrite: false })?;
     let report = ingest::ingest(&ingest::spool_files(spool_dir), &mut writer)?;
     writer.meta("cupti_dropped_records", report.cupti_dropped);
     writer.meta("nvtx_dropped_records", report.nvtx_dropped);
-    Ok(writer.finish(RunInfo {
+    let counts = writer.finish(RunInfo {
         source_format: "cupti".into(),
         start_unix_ns: report.start_unix_ns,
         cupti_version: report.cupti_version.map(|v| v.to_string()),
         tool: Some("fuseprof collect".into()),
         tool_version: Some(env!("CARGO_PKG_VERSION").into()),
         ..Default::default()
-    })?)
+    })?;
+    Ok((counts, report.warnings))
 }

@@ -35,6 +35,8 @@ const WRITER_PERIOD: Duration = Duration::from_millis(200);
 pub(crate) struct Tracer {
     pub pid: u32,
     spool_dir: PathBuf,
+    /// Every record goes straight to the spool file (forked children; see `record`).
+    write_through: bool,
     /// The spool file, opened on first write so that processes that record nothing leave none.
     file: Mutex<Option<File>>,
     /// Encoded records from NVTX and other host-side sources.
@@ -132,7 +134,7 @@ pub(crate) fn init() -> Option<&'static Tracer> {
             libc::sem_init(std::ptr::addr_of_mut!(WAKE).cast(), 0, 0);
         }
         WAKE_READY.store(true, Ordering::Release);
-        install(PathBuf::from(dir));
+        install(PathBuf::from(dir), false);
         install_signal_handlers();
         // SAFETY: the handlers are plain extern "C" functions without arguments.
         unsafe {
@@ -143,12 +145,13 @@ pub(crate) fn init() -> Option<&'static Tracer> {
     tracer()
 }
 
-fn install(spool_dir: PathBuf) {
+fn install(spool_dir: PathBuf, write_through: bool) {
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() } as u32;
     let t = Box::leak(Box::new(Tracer {
         pid,
         spool_dir,
+        write_through,
         file: Mutex::new(None),
         pending: Mutex::new(Vec::with_capacity(1 << 20)),
         spare: Mutex::new(Vec::with_capacity(1 << 20)),
@@ -162,6 +165,12 @@ fn install(spool_dir: PathBuf) {
     }));
     TRACER.store(t, Ordering::Release);
     t.record(|e| write_process(e, pid, 0));
+    if write_through {
+        t.record(|e| {
+            let at = e.begin(tag::WRITE_THROUGH);
+            e.end(at);
+        });
+    }
 }
 
 fn write_process(e: &mut Enc, pid: u32, cupti_version: u32) {
@@ -195,6 +204,22 @@ impl Tracer {
     /// Appends one encoded record to the pending buffer. Drops (and counts) it when the writer
     /// has fallen too far behind, so memory stays bounded.
     pub fn record(&'static self, f: impl FnOnce(&mut Enc)) {
+        if self.write_through {
+            // One write per record, no writer thread: a forked child (a DataLoader worker)
+            // usually leaves through _exit, which runs no exit handler.
+            let Ok(mut file) = self.file.lock() else {
+                return;
+            };
+            let mut buf = Vec::with_capacity(128);
+            f(&mut Enc(&mut buf));
+            if file.is_none() {
+                *file = self.open_spool();
+            }
+            if let Some(fh) = file.as_mut() {
+                let _ = fh.write_all(&buf);
+            }
+            return;
+        }
         self.ensure_writer();
         let Ok(mut buf) = self.pending.lock() else {
             return;
@@ -394,7 +419,7 @@ extern "C" fn after_fork_child() {
         // tracer alone (leaked) and start a fresh one for this process. CUDA cannot be used in
         // a forked child, so CUPTI stays off; NVTX keeps working.
         cupti::forget_after_fork();
-        install(old.spool_dir.clone());
+        install(old.spool_dir.clone(), true);
         nvtx::reemit_definitions();
     });
 }
@@ -497,4 +522,30 @@ pub unsafe extern "C" fn InitializeInjectionNvtx2(
         unsafe { nvtx::install(get_export_table) }
     })
     .unwrap_or(0)
+}
+
+/// Pushes a range named by `len` bytes at `text` on the calling thread, as an NVTX push in the
+/// default domain would. Called by fuseprof's PyTorch op observer, which finds this library
+/// through `NVTX_INJECTION64_PATH`; returns the depth before the push, or -1.
+///
+/// # Safety
+/// `text` must point to `len` readable bytes (it need not be NUL-terminated).
+#[no_mangle]
+pub unsafe extern "C" fn fuseprof_range_push(text: *const libc::c_char, len: usize) -> libc::c_int {
+    if tracer().is_none() && init().is_none() {
+        return -1;
+    }
+    let bytes = if text.is_null() {
+        &[][..]
+    } else {
+        // SAFETY: the caller passes `len` readable bytes.
+        unsafe { std::slice::from_raw_parts(text.cast::<u8>(), len) }
+    };
+    nvtx::direct_push(bytes)
+}
+
+/// Pops the innermost range pushed on the calling thread (by NVTX or `fuseprof_range_push`).
+#[no_mangle]
+pub extern "C" fn fuseprof_range_pop() -> libc::c_int {
+    nvtx::direct_pop()
 }

@@ -430,6 +430,17 @@ unsafe extern "C" fn range_push_w(s: *const libc::wchar_t) -> c_int {
 unsafe extern "C" fn range_pop() -> c_int {
     guard(-1, || pop(0))
 }
+
+/// A push from fuseprof's own PyTorch op observer (`collector/python/fuseprof_ops.cpp`): the
+/// same record as an NVTX push in the default domain, without NVTX's dispatch or a `strlen`.
+pub(crate) fn direct_push(text: &[u8]) -> c_int {
+    guard(-1, || push(0, (0, None, Message::Text(text))))
+}
+
+/// The pop that matches [`direct_push`] (it shares the thread's push/pop stack with NVTX).
+pub(crate) fn direct_pop() -> c_int {
+    guard(-1, || pop(0))
+}
 unsafe extern "C" fn name_category_a(category: u32, name: *const c_char) {
     guard((), || {
         name_category(0, category, &String::from_utf8_lossy(cstr(name)))

@@ -78,6 +78,10 @@ pub mod tag {
     /// cupti_minus_host_ns i64: cuptiGetTimestamp minus the host clock the NVTX records use,
     /// measured once; the reader adds it to NVTX timestamps.
     pub const CLOCK: u8 = 24;
+    /// No payload: this process writes every record to its spool as it happens (a forked
+    /// child, which may leave through `_exit` with no chance to flush), so a missing final
+    /// flush loses nothing.
+    pub const WRITE_THROUGH: u8 = 25;
 }
 
 /// Why the tracer flushed completely.
