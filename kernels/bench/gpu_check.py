@@ -388,6 +388,50 @@ def sdpa_best(q, k, v, mask):
     return best, name
 
 
+def same_size_copy_us(traffic_bytes):
+    """A device-to-device copy moving the same bytes (half read, half written): what a copy
+    reaches at this size, where launch and tail costs weigh more than in the 1 GiB ceiling."""
+    src = torch.empty(traffic_bytes // 2, dtype=torch.uint8, device=DEV)
+    dst = torch.empty_like(src)
+    return bench_ms(lambda: dst.copy_(src)) * 1e3
+
+
+def sweep():
+    """The memory-bound kernels only, for FUSEPROF_KERNELS_DEFINES sweeps: one JSON line."""
+    h = torch.float16
+    big = torch.empty(2 ** 30, dtype=torch.uint8, device=DEV)
+    big2 = torch.empty_like(big)
+    copy_gbps = 2 * 2 ** 30 / bench_ms(lambda: big2.copy_(big)) / 1e6
+    del big, big2
+    res = dict(defines=os.environ.get("FUSEPROF_KERNELS_DEFINES", ""), copy_GBps=round(copy_gbps))
+
+    def put(name, ms, traffic):
+        res[name + "_us"] = round(ms * 1e3, 2)
+        res[name + "_pct_copy"] = round(100 * traffic / ms / 1e6 / copy_gbps, 1)
+    x = torch.randn(64 * 3136, 96, device=DEV, dtype=h)
+    r = torch.randn_like(x)
+    bb = torch.randn(96, device=DEV, dtype=h)
+    put("bias_residual", bench_ms(lambda: fk.bias_residual(x, bb, r)), 3 * x.numel() * 2)
+    res["copy_same_116MB_us"] = round(same_size_copy_us(3 * x.numel() * 2), 2)
+    xi = torch.randn(64, 56, 56, 96, device=DEV, dtype=h)
+    w = torch.randn(96, device=DEV, dtype=h)
+    b = torch.randn(96, device=DEV, dtype=h)
+    put("ln_partition_s1", bench_ms(lambda: fk.ln_shift_partition(xi, w, b, 7, 3)), 2 * xi.numel() * 2)
+    res["copy_same_77MB_us"] = round(same_size_copy_us(2 * xi.numel() * 2), 2)
+    xw = torch.randn(64 * 64, 49, 96, device=DEV, dtype=h)
+    put("reverse_s1", bench_ms(lambda: fk.window_reverse_residual(xw, xi, 7, 3)), 3 * xi.numel() * 2)
+    xs2 = torch.randn(64, 28, 28, 192, device=DEV, dtype=h)
+    w2 = torch.randn(192, device=DEV, dtype=h)
+    put("ln_partition_s2", bench_ms(lambda: fk.ln_shift_partition(xs2, w2, w2, 7, 3)), 2 * xs2.numel() * 2)
+    nw, H, C, N = 4096, 3, 96, 49
+    qkv = torch.randn(nw * N, 3 * C, device=DEV, dtype=h)
+    bias = (torch.randn(H, N, N, device=DEV) * 0.5).to(h)
+    mask = torch.zeros(64, N, N, device=DEV).to(h)
+    add = fk.attention_add(H, N, bias=bias, window_mask=mask)
+    put("window_fmha_s1", bench_ms(lambda: fk.attention(qkv, H, N, add=add)), 4 * nw * N * C * 2)
+    print("SWEEP " + json.dumps(res), flush=True)
+
+
 def bench_all():
     h = torch.float16
     big = torch.empty(2 ** 30, dtype=torch.uint8, device=DEV)
@@ -499,7 +543,8 @@ def bench_all():
             return y.view(B, Hs // 7, 7, Hs // 7, 7, C).permute(0, 1, 3, 2, 4, 5).contiguous().view(-1, 49, C)
         by = 2 * x.numel() * 2
         row(f"LN+shift+partition {label}", f"{B}x{Hs}x{Hs}x{C}", bench_ms(lambda: fk.ln_shift_partition(x, w, b, 7, 3)),
-            bench_ms(lnpart), try_ms(compiled(lnpart)), None, by, None, copy_gbps)
+            bench_ms(lnpart), try_ms(compiled(lnpart)), None, by, None, copy_gbps,
+            extra=dict(same_size_copy_us=same_size_copy_us(by)))
         xw = torch.randn(B * (Hs // 7) ** 2, 49, C, device=DEV, dtype=h)
         sc = torch.randn(B, Hs, Hs, C, device=DEV, dtype=h)
 
@@ -510,7 +555,7 @@ def bench_all():
         by3 = 3 * x.numel() * 2
         row(f"reverse+shift+residual {label}", f"{B}x{Hs}x{Hs}x{C}",
             bench_ms(lambda: fk.window_reverse_residual(xw, sc, 7, 3)), bench_ms(rev), try_ms(compiled(rev)), None,
-            by3, None, copy_gbps)
+            by3, None, copy_gbps, extra=dict(same_size_copy_us=same_size_copy_us(by3)))
 
         def rev_ln():
             y = rev()
@@ -581,7 +626,7 @@ def bench_all():
     bb = torch.randn(96, device=DEV, dtype=h)
     f = lambda: x + bb + r
     row("bias+residual", "[200704,96]", bench_ms(lambda: fk.bias_residual(x, bb, r)), bench_ms(f), try_ms(compiled(f)),
-        None, 3 * x.numel() * 2, None, copy_gbps)
+        None, 3 * x.numel() * 2, None, copy_gbps, extra=dict(same_size_copy_us=same_size_copy_us(3 * x.numel() * 2)))
     x = torch.randn(8192, 768, device=DEV, dtype=h)
     r = torch.randn_like(x)
     bb = torch.randn(768, device=DEV, dtype=h)
@@ -624,12 +669,15 @@ def write_md(info, ceil):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mode", choices=["check", "small", "race", "bench"], default="check",
+    ap.add_argument("--mode", choices=["check", "small", "race", "bench", "sweep"], default="check",
                     help="race = small shapes without the cuBLASLt GEMMs (racecheck cannot run cuBLASLt's "
                          "Hopper kernels: 'failed to handle a hardware exception')")
     args = ap.parse_args()
     torch.manual_seed(int.from_bytes(os.urandom(4), "little"))  # fresh inputs every run
     fk.init()
+    if args.mode == "sweep":  # compiles only what it runs
+        sweep()
+        return
     try:
         fk.precompile_all()
         print("precompile: all kernel variants compiled", flush=True)

@@ -29,6 +29,29 @@ if [[ $STEP == all || $STEP == bench ]]; then
   echo "bench rc=$?"
   grep -vE "^\s*$" "$OUT/bench.log" | grep -E "^(window|fMHA|LN|reverse|padded|aligned|GEMM|bias|ceil|\|)" | head -80
 fi
+if [[ $STEP == sweep ]]; then
+  # Tuning constants (FUSEPROF_KERNELS_DEFINES): each set in its own process; the sets vary
+  # independent constants of different kernels together (VPT/EW_*: bias+residual, RPT/WO_THREADS:
+  # window ops, WIN_MIN_BLOCKS: window fMHA), so one process answers for three kernels.
+  for f in fmha; do for mb in 1 4 5; do
+    { cat kernels/src/cu/common.cuh; echo "#line 1 \"$f.cu\""; cat kernels/src/cu/$f.cu; } > /tmp/k_$f.cu
+    echo "== WIN_MIN_BLOCKS=$mb"; nvcc -arch=sm_90 -cubin -o /tmp/k.cubin -Xptxas -v -DFP_BF16=0 -DHEAD_DIM=32 \
+      -DWIN_MIN_BLOCKS=$mb /tmp/k_$f.cu 2>&1 | grep -A3 "entry function .fmha_fwd_window" | grep -E "registers|spill" | head -3
+  done; done
+  while read -r defs; do
+    FUSEPROF_KERNELS_DEFINES="$defs" timeout 90 python3 kernels/bench/gpu_check.py --mode sweep 2>&1 | grep -E "SWEEP|Error|error" | tail -2
+  done <<'SETS'
+
+VPT=1 RPT=1 WIN_MIN_BLOCKS=5
+VPT=4 RPT=4 WIN_MIN_BLOCKS=4
+VPT=4 EW_THREADS=128 RPT=1 WO_THREADS=128
+EW_STREAM=1 WO_THREADS=512
+VPT=4 EW_STREAM=1 RPT=1 WO_THREADS=512
+EW_THREADS=512 RPT=4 WO_THREADS=128
+VPT=1 EW_STREAM=1 RPT=2 WO_THREADS=64
+
+SETS
+fi
 if [[ $STEP == all || $STEP == sanitize ]]; then
   timeout 170 compute-sanitizer --tool memcheck --print-limit 20 python3 kernels/bench/gpu_check.py --mode small \
     > "$OUT/memcheck.log" 2>&1

@@ -4,9 +4,21 @@ use crate::dtype::DType;
 use crate::error::{invalid, Result};
 use crate::runtime::{Args, DevPtr, Gpu, LaunchConfig, RawStream, Source};
 
-const THREADS: u32 = 256;
+/// Threads per block of the vector kernels (`EW_THREADS` in elementwise.cu).
+const THREADS: u32 = 128;
+/// Threads per block of the grid-stride kernels (scalar paths, padding copy).
+const STRIDE_THREADS: u32 = 256;
 /// 16-byte vectors per thread in the vector kernels (`VPT` in elementwise.cu).
-pub const VECTORS_PER_THREAD: u64 = 2;
+pub const VECTORS_PER_THREAD: u64 = 4;
+
+/// (threads per block, vectors per thread) of the vector kernels: the source's defaults
+/// unless `FUSEPROF_KERNELS_DEFINES` sets `EW_THREADS` / `VPT`.
+fn vector_geometry() -> (u32, u64) {
+    (
+        crate::runtime::tuning_value("EW_THREADS", THREADS),
+        crate::runtime::tuning_value("VPT", VECTORS_PER_THREAD as u32).max(1) as u64,
+    )
+}
 /// Grid cap of the grid-stride kernels.
 const MAX_STRIDE_BLOCKS: u64 = 65_536;
 
@@ -57,11 +69,13 @@ impl ElementwisePath {
     pub fn launch_config(self) -> Result<LaunchConfig> {
         match self {
             Self::Vector { n_vec, .. } => {
-                LaunchConfig::linear(n_vec.div_ceil(THREADS as u64 * VECTORS_PER_THREAD), THREADS)
+                let (threads, vpt) = vector_geometry();
+                LaunchConfig::linear(n_vec.div_ceil(threads as u64 * vpt), threads)
             }
-            Self::Scalar { n, .. } => {
-                LaunchConfig::linear(n.div_ceil(THREADS as u64).min(MAX_STRIDE_BLOCKS), THREADS)
-            }
+            Self::Scalar { n, .. } => LaunchConfig::linear(
+                n.div_ceil(STRIDE_THREADS as u64).min(MAX_STRIDE_BLOCKS),
+                STRIDE_THREADS,
+            ),
         }
     }
 }
@@ -189,8 +203,8 @@ impl PadCopy {
     pub fn launch_config(&self) -> Result<LaunchConfig> {
         let n_vec = (self.batch * self.rows_dst * self.cols_dst / 8) as u64;
         LaunchConfig::linear(
-            n_vec.div_ceil(THREADS as u64).min(MAX_STRIDE_BLOCKS),
-            THREADS,
+            n_vec.div_ceil(STRIDE_THREADS as u64).min(MAX_STRIDE_BLOCKS),
+            STRIDE_THREADS,
         )
     }
 }
@@ -355,13 +369,20 @@ mod tests {
     }
 
     #[test]
+    fn source_defaults_match_the_launcher() {
+        let src = crate::runtime::Source::Elementwise.text();
+        assert!(src.contains(&format!("#define VPT {VECTORS_PER_THREAD}\n")));
+        assert!(src.contains(&format!("#define EW_THREADS {THREADS}\n")));
+    }
+
+    #[test]
     fn vector_grid_covers_every_vector_once() {
         let p = ElementwisePath::Vector {
             n_vec: 200_704 * 12,
             cols_vec: 12,
         };
         let cfg = p.launch_config().unwrap();
-        let covered = cfg.grid.0 as u64 * 256 * VECTORS_PER_THREAD;
+        let covered = cfg.grid.0 as u64 * THREADS as u64 * VECTORS_PER_THREAD;
         assert!(covered >= 200_704 * 12 && covered - 200_704 * 12 < 512);
         let s = ElementwisePath::Scalar {
             n: 1 << 30,

@@ -23,10 +23,28 @@ use cudarc::cublaslt::sys as lt;
 use crate::dtype::DType;
 use crate::elementwise::{launch_bias_act, Activation};
 use crate::error::{invalid, Error, Result};
-use crate::runtime::{DevPtr, Gpu, RawStream};
+use crate::runtime::{time_on_stream, DevPtr, Gpu, RawStream};
 
 /// cuBLASLt workspace per context.
 pub const WORKSPACE_BYTES: usize = 32 << 20;
+/// Algorithms asked of cuBLASLt's heuristic per shape; the first call of each shape times them
+/// on its own buffers and keeps the fastest (`FUSEPROF_GEMM_AUTOTUNE=0`: the heuristic's first).
+pub const TUNE_CANDIDATES: usize = 8;
+const TUNE_REPS: u32 = 5;
+
+fn autotune_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("FUSEPROF_GEMM_AUTOTUNE").map_or(true, |v| v != "0"))
+}
+
+/// Index of the fastest candidate; candidates that failed (`None`) never win.
+pub fn pick_fastest(ms: &[Option<f32>]) -> Option<usize> {
+    ms.iter()
+        .enumerate()
+        .filter_map(|(i, t)| t.filter(|t| t.is_finite()).map(|t| (i, t)))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(i, _)| i)
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BLayout {
@@ -213,8 +231,10 @@ pub struct GemmBuffers {
 struct Plan {
     desc: lt::cublasLtMatmulDesc_t,
     layouts: [lt::cublasLtMatrixLayout_t; 3], // cuBLAS A (= our B), cuBLAS B (= our A), C/D
-    algo: lt::cublasLtMatmulAlgo_t,
-    workspace: usize,
+    /// The heuristic's candidates (algorithm, workspace bytes), best-ranked first.
+    candidates: Vec<(lt::cublasLtMatmulAlgo_t, usize)>,
+    chosen: usize,
+    tuned: bool,
 }
 
 /// Per-context cuBLASLt handle, workspace and cached plans.
@@ -252,12 +272,12 @@ impl BlasState {
         })
     }
 
-    fn plan(&mut self, p: &GemmParams) -> Result<&Plan> {
+    fn plan(&mut self, p: &GemmParams) -> Result<&mut Plan> {
         if !self.plans.contains_key(p) {
             let plan = self.make_plan(p)?;
             self.plans.insert(*p, plan);
         }
-        Ok(&self.plans[p])
+        Ok(self.plans.get_mut(p).expect("inserted above"))
     }
 
     fn make_plan(&self, p: &GemmParams) -> Result<Plan> {
@@ -372,8 +392,14 @@ impl BlasState {
                     8,
                 )?;
             }
-            let mut result: lt::cublasLtMatmulHeuristicResult_t = std::mem::zeroed();
+            let mut results: [lt::cublasLtMatmulHeuristicResult_t; TUNE_CANDIDATES] =
+                std::mem::zeroed();
             let mut count = 0;
+            let wanted = if autotune_enabled() {
+                TUNE_CANDIDATES
+            } else {
+                1
+            };
             let r = lt::cublasLtMatmulAlgoGetHeuristic(
                 self.handle,
                 desc,
@@ -382,8 +408,8 @@ impl BlasState {
                 ld,
                 ld,
                 pref,
-                1,
-                &mut result,
+                wanted as i32,
+                results.as_mut_ptr(),
                 &mut count,
             );
             lt::cublasLtMatmulPreferenceDestroy(pref);
@@ -394,11 +420,23 @@ impl BlasState {
                     code: format!("no algorithm for {p:?}"),
                 });
             }
+            let candidates: Vec<_> = results[..(count.max(0) as usize).min(TUNE_CANDIDATES)]
+                .iter()
+                .filter(|r| r.state == lt::cublasStatus_t::CUBLAS_STATUS_SUCCESS)
+                .map(|r| (r.algo, r.workspaceSize))
+                .collect();
+            if candidates.is_empty() {
+                return Err(Error::Cublas {
+                    call: "cublasLtMatmulAlgoGetHeuristic",
+                    code: format!("no usable algorithm for {p:?}"),
+                });
+            }
             Ok(Plan {
                 desc,
                 layouts: [la, lb, ld],
-                algo: result.algo,
-                workspace: result.workspaceSize,
+                tuned: candidates.len() == 1,
+                candidates,
+                chosen: 0,
             })
         }
     }
@@ -431,18 +469,8 @@ pub unsafe fn launch_gemm(
         let c = bufs.residual.unwrap_or(bufs.d);
         // SAFETY: the plan's descriptors are live; pointers and extents are the caller's
         // contract; alpha/beta are host f32 as the scale type says.
-        unsafe {
-            if let Some(bias) = bufs.bias {
-                blas(
-                    lt::cublasLtMatmulDescSetAttribute(
-                        plan.desc,
-                        lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                        &bias as *const u64 as *const c_void,
-                        8,
-                    ),
-                    "cublasLtMatmulDescSetAttribute",
-                )?;
-            }
+        let run = |plan: &Plan, which: usize| unsafe {
+            let (algo, ws) = &plan.candidates[which];
             blas(
                 lt::cublasLtMatmul(
                     handle,
@@ -457,14 +485,39 @@ pub unsafe fn launch_gemm(
                     plan.layouts[2],
                     bufs.d as *mut c_void,
                     plan.layouts[2],
-                    &plan.algo,
+                    algo,
                     workspace as *mut c_void,
-                    plan.workspace.min(WORKSPACE_BYTES),
+                    (*ws).min(WORKSPACE_BYTES),
                     stream.0 as lt::cudaStream_t,
                 ),
                 "cublasLtMatmul",
             )
+        };
+        // SAFETY: as above.
+        unsafe {
+            if let Some(bias) = bufs.bias {
+                blas(
+                    lt::cublasLtMatmulDescSetAttribute(
+                        plan.desc,
+                        lt::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                        &bias as *const u64 as *const c_void,
+                        8,
+                    ),
+                    "cublasLtMatmulDescSetAttribute",
+                )?;
+            }
         }
+        // In-place accumulation (D = C) would add the residual once per timed call: no tuning.
+        if !plan.tuned && bufs.residual != Some(bufs.d) {
+            let times: Vec<Option<f32>> = (0..plan.candidates.len())
+                // SAFETY: only enqueues cublasLtMatmul on the caller's stream.
+                .map(|i| unsafe { time_on_stream(stream, TUNE_REPS, || run(plan, i)) }.ok())
+                .collect();
+            plan.chosen = pick_fastest(&times).unwrap_or(0);
+            plan.tuned = true;
+            tracing::debug!(?times, chosen = plan.chosen, "cuBLASLt candidates timed");
+        }
+        run(plan, plan.chosen)
     })?;
     if p.epilogue == Epilogue::BiasGeluErf {
         // The bias is already in; apply exact GELU in place over the whole padded output.
@@ -534,6 +587,17 @@ pub fn gemm_reference(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tuning_picks_the_fastest_working_candidate() {
+        assert_eq!(
+            pick_fastest(&[Some(2.0), Some(1.5), None, Some(1.7)]),
+            Some(1)
+        );
+        assert_eq!(pick_fastest(&[None, Some(f32::NAN), Some(3.0)]), Some(2));
+        assert_eq!(pick_fastest(&[None, None]), None);
+        assert_eq!(pick_fastest(&[]), None);
+    }
 
     #[test]
     fn epilogue_codes_and_needs() {

@@ -90,8 +90,50 @@ impl Source {
         if self == Source::Fmha {
             o.push(format!("-DHEAD_DIM={variant}"));
         }
+        o.extend(tuning_defines().iter().map(|(k, v)| format!("-D{k}={v}")));
         o
     }
+}
+
+/// Environment variable that overrides the kernels' tuning constants, for sweeps on a GPU:
+/// `FUSEPROF_KERNELS_DEFINES="VPT=4 EW_THREADS=128"`. Each `NAME=VALUE` (a non-negative integer)
+/// is passed to NVRTC as `-DNAME=VALUE`, and the launchers read the same values through
+/// [`tuning_value`], so a kernel and its grid always agree.
+pub const TUNING_ENV: &str = "FUSEPROF_KERNELS_DEFINES";
+
+/// The `NAME=VALUE` pairs of [`TUNING_ENV`]; malformed entries are ignored with a warning.
+pub fn parse_tuning(spec: &str) -> Vec<(String, u32)> {
+    let mut out = Vec::new();
+    for item in spec.split_whitespace() {
+        let parsed = item.split_once('=').and_then(|(k, v)| {
+            let ok = !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            ok.then_some(())?;
+            Some((k.to_string(), v.parse::<u32>().ok()?))
+        });
+        match parsed {
+            Some(kv) => out.push(kv),
+            None => tracing::warn!(entry = item, "ignoring malformed {TUNING_ENV} entry"),
+        }
+    }
+    out
+}
+
+fn tuning_defines() -> &'static [(String, u32)] {
+    static T: OnceLock<Vec<(String, u32)>> = OnceLock::new();
+    T.get_or_init(|| {
+        std::env::var(TUNING_ENV)
+            .map(|s| parse_tuning(&s))
+            .unwrap_or_default()
+    })
+}
+
+/// The value of tuning constant `name`: from [`TUNING_ENV`] when set there, else `default`
+/// (which must equal the source's own `#define` default).
+pub fn tuning_value(name: &str, default: u32) -> u32 {
+    tuning_defines()
+        .iter()
+        .find(|(k, _)| k == name)
+        .map_or(default, |(_, v)| *v)
 }
 
 /// Grid and block of one launch.
@@ -148,7 +190,7 @@ impl Args {
     }
 }
 
-fn check(res: cu::CUresult, call: &'static str) -> Result<()> {
+pub(crate) fn check(res: cu::CUresult, call: &'static str) -> Result<()> {
     if res == cu::CUresult::CUDA_SUCCESS {
         Ok(())
     } else {
@@ -518,6 +560,47 @@ impl Gpu {
     }
 }
 
+/// Milliseconds per call of `f` on `stream`: one untimed call, then `reps` calls between two
+/// events. Synchronises with the stream (used once per GEMM shape when tuning).
+///
+/// # Safety
+/// `stream` must belong to the current context and `f` must only enqueue work on it.
+pub(crate) unsafe fn time_on_stream(
+    stream: RawStream,
+    reps: u32,
+    mut f: impl FnMut() -> Result<()>,
+) -> Result<f32> {
+    let s = stream.0 as cu::CUstream;
+    let mut ev = [std::ptr::null_mut(); 2];
+    for e in ev.iter_mut() {
+        // SAFETY: valid out-pointer; a context is current (the caller's contract).
+        check(unsafe { cu::cuEventCreate(e, 0) }, "cuEventCreate")?;
+    }
+    let timed = (|| {
+        f()?;
+        // SAFETY: live events of the current context, on the caller's stream.
+        unsafe {
+            check(cu::cuEventRecord(ev[0], s), "cuEventRecord")?;
+            for _ in 0..reps.max(1) {
+                f()?;
+            }
+            check(cu::cuEventRecord(ev[1], s), "cuEventRecord")?;
+            check(cu::cuEventSynchronize(ev[1]), "cuEventSynchronize")?;
+            let mut ms = 0f32;
+            check(
+                cu::cuEventElapsedTime_v2(&mut ms, ev[0], ev[1]),
+                "cuEventElapsedTime",
+            )?;
+            Ok(ms / reps.max(1) as f32)
+        }
+    })();
+    for e in ev {
+        // SAFETY: created above, no longer used.
+        unsafe { cu::cuEventDestroy_v2(e) };
+    }
+    timed
+}
+
 /// Above 48 KiB a kernel must opt in to its dynamic shared memory.
 ///
 /// # Safety
@@ -563,6 +646,19 @@ mod tests {
             assert_eq!(*(p[2] as *const f32), 1.5);
             assert_eq!(*(p[3] as *const i64), -7);
         }
+    }
+
+    #[test]
+    fn tuning_spec_parses_pairs_and_skips_junk() {
+        assert_eq!(
+            parse_tuning(" VPT=4  EW_THREADS=128 bad =3 X=-1 Y=z RPT=1"),
+            vec![
+                ("VPT".to_string(), 4),
+                ("EW_THREADS".to_string(), 128),
+                ("RPT".to_string(), 1)
+            ]
+        );
+        assert!(parse_tuning("").is_empty());
     }
 
     #[test]

@@ -378,6 +378,14 @@ fmha_add_combine(const u16* __restrict__ bias, const u16* __restrict__ mask, u16
 }
 
 #define WIN_THREADS 128
+// Tuning constant (FUSEPROF_KERNELS_DEFINES): minimum resident CTAs per SM asked of the compiler
+// for fmha_fwd_window, i.e. a register cap; the launcher sizes its persistent grid from the
+// occupancy the compiled kernel actually reaches, so any value is safe. 4 caps head_dim 32 at
+// 128 registers (uncapped: 134, so 3 CTAs/SM; 5 spills): 113 -> 98 us on Swin-T stage 1 (H100,
+// kernels/bench/results/sweep-h100).
+#ifndef WIN_MIN_BLOCKS
+#define WIN_MIN_BLOCKS 4
+#endif
 #define QKV_STAGE (3 * BLOCK_M * SROW)  // elements of q, k, v in one stage
 
 // Issue the cp.async copies of item (b, h) into one stage: q/k/v rows < N, and the additive tile
@@ -519,7 +527,7 @@ __device__ __forceinline__ void window_item(u16 (*Qs)[SROW], const u16 (*Ks)[SRO
 // b % n_add. AS: shared row stride of the additive tile (NP, or NP + 8 when NP / 2 words would
 // put the 8 row groups of an mma fragment on the same banks). Dynamic shared memory: 2 stages of
 // QKV_STAGE + N * AS elements.
-extern "C" __global__ void __launch_bounds__(WIN_THREADS) fmha_fwd_window(
+extern "C" __global__ void __launch_bounds__(WIN_THREADS, WIN_MIN_BLOCKS) fmha_fwd_window(
     const u16* __restrict__ qkv, u16* __restrict__ out, const u16* __restrict__ add, int B, int N, int H,
     int n_add, int NP, int AS, float scale_log2) {
     extern __shared__ __align__(16) u16 smem[];

@@ -71,7 +71,14 @@ __device__ __forceinline__ void layer_norm_chunks(float v[CPL][8], int sub, int 
 // each k is a contiguous run of rows across the block. All RPT rows' loads are issued (kept as
 // raw 16-byte vectors) before the first reduction, so a lane has RPT * CPL (x2 for the reverse)
 // 16-byte loads in flight.
+// Tuning constants (FUSEPROF_KERNELS_DEFINES overrides them; the launcher reads the same values):
+// rows per lane group and threads per block of the vector kernels.
+#ifndef RPT
 #define RPT 2
+#endif
+#ifndef WO_THREADS
+#define WO_THREADS 256
+#endif
 
 // Source row of partition row `orow` (-1 where the padded window grid falls outside the image).
 __device__ __forceinline__ i64 partition_source_row(unsigned orow32, int H, int W, int ws, int shift_h,
@@ -210,7 +217,7 @@ __device__ __forceinline__ void window_reverse_residual_impl(
 }
 
 #define LN_SHIFT_PARTITION(CPL)                                                                    \
-    extern "C" __global__ void __launch_bounds__(256) ln_shift_partition_##CPL(                    \
+    extern "C" __global__ void __launch_bounds__(WO_THREADS) ln_shift_partition_##CPL(                    \
         const u16* __restrict__ x, const u16* __restrict__ gamma, const u16* __restrict__ beta,    \
         u16* __restrict__ out, int H, int W, int C, int ws, int shift_h, int shift_w, int nWh,      \
         int nWw, int lpr, float eps, i64 total_rows) {                                             \
@@ -223,7 +230,7 @@ LN_SHIFT_PARTITION(3)
 LN_SHIFT_PARTITION(4)
 
 #define WINDOW_REVERSE_RESIDUAL(CPL)                                                               \
-    extern "C" __global__ void __launch_bounds__(256) window_reverse_residual_##CPL(               \
+    extern "C" __global__ void __launch_bounds__(WO_THREADS) window_reverse_residual_##CPL(               \
         const u16* __restrict__ win, const u16* __restrict__ shortcut, u16* __restrict__ out,      \
         const u16* __restrict__ gamma, const u16* __restrict__ beta, u16* __restrict__ ln_out,     \
         int H, int W, int C, int ws, int shift_h, int shift_w, int nWh, int nWw, int lpr,          \
