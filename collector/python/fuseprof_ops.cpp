@@ -72,12 +72,20 @@ void build_name(std::string& s, const at::RecordFunction& fn) {
       if (v.isTensor()) {
         next();
         append_sizes(s, v.toTensor());
-      } else if (v.isTensorList()) {
-        // emit_nvtx flattens tensor lists: one entry per tensor.
-        const auto list = v.toTensorList();
-        for (size_t i = 0; i < list.size(); ++i) {
+      } else if (v.isList()) {
+        // As emit_nvtx: the tensors of a list (Tensor[], Tensor?[]) are flattened into one
+        // entry each (undefined ones left out); a list without tensors (int[]) is one empty entry.
+        bool any = false;
+        for (const c10::IValue& e : v.toListRef()) {
+          if (e.isTensor() && e.toTensor().defined()) {
+            next();
+            append_sizes(s, e.toTensor());
+            any = true;
+          }
+        }
+        if (!any) {
           next();
-          append_sizes(s, list.get(i));
+          s.append("[]");
         }
       } else {
         next();

@@ -77,8 +77,6 @@ configs() { # batch steps
   one cuda $b $n "" X=1 -- $T --pytorch none -- python3
   one cuda_shapes $b $n "" X=1 -- $T --pytorch shapes -- python3
   one cuda_shapes_emit_nvtx $b $n "" FUSEPROF_OPS_OBSERVER=emit_nvtx -- $T --pytorch shapes -- python3
-  one observer_shapes_no_cupti $b $n "" FUSEPROF_CUPTI_KINDS=none -- $T --pytorch shapes -- python3
-  one cuda_modules $b $n "" X=1 -- $T --pytorch modules -- python3
   one emit_nvtx_shapes_no_tracer $b $n "" PYTHONPATH=$PWD/collector/python FUSEPROF_PYTORCH=shapes -- python3
   one torchprof $b $n "--window torchprof" X=1 -- python3
   ;;

@@ -381,8 +381,8 @@ fmha_add_combine(const u16* __restrict__ bias, const u16* __restrict__ mask, u16
 // Tuning constant (FUSEPROF_KERNELS_DEFINES): minimum resident CTAs per SM asked of the compiler
 // for fmha_fwd_window, i.e. a register cap; the launcher sizes its persistent grid from the
 // occupancy the compiled kernel actually reaches, so any value is safe. 4 caps head_dim 32 at
-// 128 registers (uncapped: 134, so 3 CTAs/SM; 5 spills): 113 -> 98 us on Swin-T stage 1 (H100,
-// kernels/bench/results/sweep-h100).
+// 128 registers (uncapped: 134, so 3 CTAs/SM; 5 spills): 113 -> 98 us on Swin-T stage 1 (H100
+// sweep, kernels/NOTES.md round 3; `bash kernels/bench/run_device.sh sweep` re-runs it).
 #ifndef WIN_MIN_BLOCKS
 #define WIN_MIN_BLOCKS 4
 #endif
