@@ -110,8 +110,9 @@ def _observer_library(torch):
             sys.stderr.write("fuseprof: built the PyTorch op observer in %.1f s (%s)\n"
                              % (time.time() - started, so))
             return so
-        lines = [l for l in r.stderr.splitlines() if "error" in l] or r.stderr.splitlines() or [""]
-        error = "%s -std=%s failed: %s" % (cmd[0], std, lines[0][:300])
+        lines = [l for l in r.stderr.splitlines() if "error" in l] or r.stderr.splitlines()
+        detail = lines[0][:300] if lines else "exit code %d" % r.returncode
+        error = "%s -std=%s failed: %s" % (cmd[0], std, detail)
     try:
         os.unlink(tmp)
     except OSError:
