@@ -57,18 +57,23 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// The program ran, with emit_nvtx(record_shapes=True) entered without the GPU synchronisation
+/// its `__enter__` would do.
+fn assert_emit_nvtx_with_shapes(out: &Output) {
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        text(&out.stdout).trim(),
+        "[('emit_nvtx', True), ('enter',)]"
+    );
+}
+
 #[test]
 fn outside_collect_the_hook_uses_emit_nvtx_without_a_word() {
     let dir = tempfile::tempdir().unwrap();
     let Some(out) = run_hook(dir.path(), &[]) else {
         return;
     };
-    assert!(out.status.success(), "{out:?}");
-    // emit_nvtx with shapes, entered without the GPU synchronisation its __enter__ would do.
-    assert_eq!(
-        text(&out.stdout).trim(),
-        "[('emit_nvtx', True), ('enter',)]"
-    );
+    assert_emit_nvtx_with_shapes(&out);
     assert_eq!(text(&out.stderr), "");
 }
 
@@ -83,11 +88,7 @@ fn an_observer_that_cannot_be_built_falls_back_to_emit_nvtx_and_says_why() {
     ) else {
         return;
     };
-    assert!(out.status.success(), "{out:?}");
-    assert_eq!(
-        text(&out.stdout).trim(),
-        "[('emit_nvtx', True), ('enter',)]"
-    );
+    assert_emit_nvtx_with_shapes(&out);
     let err = text(&out.stderr);
     assert!(
         err.starts_with("fuseprof: op observer unavailable (false -std=c++20 failed: exit code 1)"),
@@ -118,10 +119,6 @@ fn emit_nvtx_can_be_asked_for_under_collect() {
     ) else {
         return;
     };
-    assert!(out.status.success(), "{out:?}");
-    assert_eq!(
-        text(&out.stdout).trim(),
-        "[('emit_nvtx', True), ('enter',)]"
-    );
+    assert_emit_nvtx_with_shapes(&out);
     assert_eq!(text(&out.stderr), "");
 }
