@@ -1,7 +1,7 @@
 """Summarises overhead.sh's rounds: per configuration, the median (and min..max) wall time per
 iteration over the interleaved rounds, and its overhead against the untraced median.
 
-    python3 overhead_table.py $OUT/overhead.jsonl
+    python3 overhead_table.py $OUT/diag.jsonl   (overhead_diag.sh; or overhead.sh's overhead.jsonl)
 """
 import json, statistics, sys
 
@@ -17,3 +17,17 @@ for name, v in by.items():
     m = statistics.median(v)
     print(f"| {name} | {m:.3f} | {100 * (m / base - 1):+.1f} % | "
           f"{100 * (min(v) / base - 1):+.1f} % .. {100 * (max(v) / base - 1):+.1f} % |")
+
+# Rounds are interleaved, so each configuration also compares with its own round's untraced
+# loop: on a noisy host these paired ratios move less than the medians above.
+rounds = sorted({r["round"] for r in rows})
+cell = {(r["round"], r["config"]): r["result"]["per_iter_ms"] for r in rows}
+print()
+print("| configuration | " + " | ".join(f"round {k} vs its base" for k in rounds) + " |")
+print("|---|" + "---|" * len(rounds))
+for name in by:
+    out = []
+    for k in rounds:
+        b, v = cell.get((k, "base")), cell.get((k, name))
+        out.append(f"{100 * (v / b - 1):+.1f} %" if b and v else "–")
+    print(f"| {name} | " + " | ".join(out) + " |")
