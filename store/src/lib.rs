@@ -24,12 +24,14 @@
 
 mod error;
 mod model;
+mod names;
 mod raw;
 mod reader;
 mod writer;
 
 pub use error::{Error, Result};
 pub use model::*;
+pub use names::{parse_range_name, ParsedName};
 pub use reader::{Info, Store, Strings, TableCounts};
 pub use writer::{Counts, CreateOptions, Writer};
 

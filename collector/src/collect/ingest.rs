@@ -8,7 +8,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use fuseprof_store::{
-    Api, ApiCall, CopyKind, Device, Kernel, Memop, MemopKind, Range, RangeKind, StrId, Writer,
+    parse_range_name, Api, ApiCall, CopyKind, Device, Kernel, Memop, MemopKind, Range, RangeKind,
+    StrId, Writer,
 };
 
 use super::spool::{self, flush_reason, msg, tag, Dec};
@@ -222,9 +223,10 @@ fn overhead_name(kind: u32) -> String {
     }
 }
 
-/// Name, input dims, and whether it is a module range, from an NVTX message. PyTorch's
-/// `emit_nvtx` writes `aten::addmm, seq = 12, sizes = [[256], [2048, 6948]]`; the fuseprof
-/// PyTorch hook writes `module:<path>:<Class>` for `nn.Module` calls.
+/// Name, input dims, and whether it is a module range, from an NVTX message. PyTorch ops
+/// (`aten::addmm, seq = 12, sizes = [[256], [2048, 6948]]`, from emit_nvtx or fuseprof's op
+/// observer) are split by the store's `parse_range_name`, as the analyzer splits them; the
+/// fuseprof PyTorch hook writes `module:<path>:<Class>` for `nn.Module` calls.
 fn split_message(text: &str) -> (String, Option<String>, Option<(String, String)>) {
     if let Some(rest) = text.strip_prefix("module:") {
         let (path, class) = rest.rsplit_once(':').unwrap_or((rest, ""));
@@ -237,29 +239,11 @@ fn split_message(text: &str) -> (String, Option<String>, Option<(String, String)
     if !is_torch_op {
         return (text.to_string(), None, None);
     }
-    let name = text.split(", ").next().unwrap_or(text).to_string();
-    let dims = text.split_once(", sizes = ").map(|(_, s)| {
-        // The list ends at its matching bracket; emit_nvtx may append `, input_op_ids = [...]`.
-        let mut depth = 0i32;
-        let end = (s.starts_with('['))
-            .then(|| s.char_indices())
-            .into_iter()
-            .flatten()
-            .find_map(|(i, c)| {
-                match c {
-                    '[' => depth += 1,
-                    ']' => depth -= 1,
-                    _ => {}
-                }
-                (depth == 0).then_some(i + c.len_utf8())
-            })
-            .unwrap_or(s.len());
-        s[..end]
-            .chars()
-            .filter(|c| !c.is_whitespace())
-            .collect::<String>()
-    });
-    (name, dims, None)
+    let parsed = parse_range_name(text);
+    let dims = parsed
+        .sizes
+        .map(|s| s.chars().filter(|c| !c.is_whitespace()).collect::<String>());
+    (parsed.name.to_string(), dims, None)
 }
 
 struct Emitter<'a> {

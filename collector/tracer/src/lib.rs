@@ -532,7 +532,7 @@ pub unsafe extern "C" fn InitializeInjectionNvtx2(
 /// `text` must point to `len` readable bytes (it need not be NUL-terminated).
 #[no_mangle]
 pub unsafe extern "C" fn fuseprof_range_push(text: *const libc::c_char, len: usize) -> libc::c_int {
-    if tracer().is_none() && init().is_none() {
+    if init().is_none() {
         return -1;
     }
     let bytes = if text.is_null() {
