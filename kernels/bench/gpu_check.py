@@ -429,6 +429,12 @@ def sweep():
     mask = torch.zeros(64, N, N, device=DEV).to(h)
     add = fk.attention_add(H, N, bias=bias, window_mask=mask)
     put("window_fmha_s1", bench_ms(lambda: fk.attention(qkv, H, N, add=add)), 4 * nw * N * C * 2)
+    res["long_ring"] = os.environ.get("FUSEPROF_LONG_RING", "")
+    for name, B, N, use_kpm in (("vit", 64, 197, False), ("bert_kpm", 64, 128, True), ("bert", 64, 128, False)):
+        qkv = torch.randn(B * N, 3 * 768, device=DEV, dtype=h)
+        lens = torch.randint(1, N + 1, (B,), device=DEV)
+        kpm = torch.where(torch.arange(N, device=DEV)[None] < lens[:, None], 0.0, -10000.0).to(h) if use_kpm else None
+        res[name + "_fmha_us"] = round(bench_ms(lambda: fk.attention(qkv, 12, N, key_padding_mask=kpm)) * 1e3, 2)
     print("SWEEP " + json.dumps(res), flush=True)
 
 
@@ -530,6 +536,8 @@ def bench_all():
                  f"{sc * 1e3 if sc else float('nan'):.1f} us",
             extra=dict(sdpa_chain_us=sc * 1e3 if sc else None))
 
+    if os.environ.get("BENCH_ONLY") == "attention":  # a quick iteration on the attention kernels
+        return ceil
     # 3. LayerNorm + roll + partition and reverse + roll + residual (anchors.py definitions)
     for label, Hs, C in (("s1", 56, 96), ("s2", 28, 192), ("s3", 14, 384)):
         B = 64

@@ -1,7 +1,7 @@
 #!/bin/bash
 # One device call: resource report (nvcc), correctness, benchmarks, compute-sanitizer.
 # Run from the repository root with the release cdylib at .dev-kernels/libfuseprof_kernels.so:
-#   bash kernels/bench/run_device.sh [check|bench|sanitize|all]
+#   bash kernels/bench/run_device.sh [check|bench|sanitize|all|sweep|profile]
 set -u
 STEP=${1:-all}
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
@@ -51,6 +51,22 @@ EW_THREADS=512 RPT=4 WO_THREADS=128
 VPT=1 EW_STREAM=1 RPT=2 WO_THREADS=64
 
 SETS
+fi
+if [[ $STEP == profile ]]; then
+  # Nsight Compute on the attention kernels (PROFILE="window vit bert"): a summary per kernel
+  # (ncu_summary.py: throughput, occupancy, warp stalls, instruction counts) in $OUT, and the
+  # full details pages and per-instruction SASS tables (sass_mix.py reads them) in ncu_full.tar.gz.
+  mkdir -p /tmp/ncu_full
+  for w in ${PROFILE:-window vit bert}; do
+    timeout 120 ncu --kernel-name regex:fmha_fwd --launch-skip 2 --launch-count 1 --set full \
+      --import-source no -o /tmp/prof_$w -f python3 kernels/bench/profile_attention.py $w > /tmp/ncu_$w.log 2>&1
+    echo "ncu $w rc=$?"; tail -2 /tmp/ncu_$w.log
+    ncu --import /tmp/prof_$w.ncu-rep --page details --print-details all > /tmp/ncu_full/ncu_$w.txt 2>&1
+    ncu --import /tmp/prof_$w.ncu-rep --page source --print-source sass --csv > /tmp/ncu_full/ncu_${w}_sass.csv 2>&1
+    python3 kernels/bench/ncu_summary.py /tmp/ncu_full/ncu_$w.txt > "$OUT/ncu_$w.summary.txt"
+    grep -E "Duration|Registers Per|Achieved Occupancy|Issued Warp|Executed Instructions  " "$OUT/ncu_$w.summary.txt" | sort -u
+  done
+  tar czf "$OUT/ncu_full.tar.gz" -C /tmp ncu_full
 fi
 if [[ $STEP == all || $STEP == sanitize ]]; then
   timeout 170 compute-sanitizer --tool memcheck --print-limit 20 python3 kernels/bench/gpu_check.py --mode small \

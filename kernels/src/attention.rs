@@ -12,8 +12,28 @@ use crate::runtime::{Args, DevPtr, Gpu, LaunchConfig, RawStream, Source};
 
 /// Head dimensions the kernel is built for.
 pub const SUPPORTED_HEAD_DIMS: [u32; 2] = [32, 64];
-/// Query rows per CTA (4 warps x 16 rows).
+/// Query rows per CTA of the short and window kernels (4 warps x 16 rows), and the longest
+/// sequence they take.
 pub const BLOCK_M: usize = 64;
+/// Query rows per CTA of `fmha_fwd_long` (4 warps x two 16-row tiles).
+pub const LONG_BLOCK_M: usize = 128;
+/// Keys per block of `fmha_fwd_long`.
+const LONG_BLOCK_N: usize = 64;
+/// Stages of `fmha_fwd_long`'s shared-memory ring of key blocks: 2 (the double buffer) unless
+/// `FUSEPROF_LONG_RING` (2..=4) says otherwise. Two measured fastest on the H100 (kernels/NOTES.md,
+/// round 4); the variable is for re-measuring.
+pub const LONG_RING_DEFAULT: usize = 2;
+
+fn long_ring() -> usize {
+    static RING: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *RING.get_or_init(|| {
+        std::env::var("FUSEPROF_LONG_RING")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .filter(|r| (2..=4).contains(r))
+            .unwrap_or(LONG_RING_DEFAULT)
+    })
+}
 const THREADS: u32 = 128;
 
 /// How the optional mask is laid out.
@@ -115,8 +135,14 @@ impl AttentionParams {
         self.launch_config().map(|_| ())
     }
 
+    /// Query blocks per (batch, head): one for the short and window kernels (seq <= 64),
+    /// `seq / 128` rounded up for `fmha_fwd_long`.
     pub fn n_qblocks(&self) -> usize {
-        self.seq.div_ceil(BLOCK_M)
+        if self.kernel_name() == "fmha_fwd_long" {
+            self.seq.div_ceil(LONG_BLOCK_M)
+        } else {
+            self.seq.div_ceil(BLOCK_M)
+        }
     }
 
     /// One CTA per (batch, head, 64-query block), query block fastest so the heads of one
@@ -128,8 +154,10 @@ impl AttentionParams {
             self.batch as u64 * self.heads as u64 * self.n_qblocks() as u64,
             THREADS,
         )?;
-        if self.kernel_name() == "fmha_fwd_window" {
-            cfg.shared_bytes = self.window_smem_bytes() as u32;
+        match self.kernel_name() {
+            "fmha_fwd_window" => cfg.shared_bytes = self.window_smem_bytes() as u32,
+            "fmha_fwd_long" => cfg.shared_bytes = self.long_smem_bytes(long_ring()) as u32,
+            _ => {}
         }
         Ok(cfg)
     }
@@ -147,8 +175,8 @@ impl AttentionParams {
 
     /// `fmha_fwd_window` (persistent, two cp.async stages) for seq <= 64 with a combined or no
     /// additive term; `fmha_fwd_short` (one key block, separate bias + mask summed in shared
-    /// memory per CTA) for the other seq <= 64 calls; `fmha_fwd_long` (double-buffered key
-    /// blocks, online softmax) beyond.
+    /// memory per CTA) for the other seq <= 64 calls; `fmha_fwd_long` (128 query rows per CTA,
+    /// 64-key blocks through a ring of shared-memory stages, online softmax) beyond.
     pub fn kernel_name(&self) -> &'static str {
         if self.uses_window_kernel() {
             "fmha_fwd_window"
@@ -169,6 +197,14 @@ impl AttentionParams {
             0
         };
         2 * (qkv + add) * self.dtype.size_bytes()
+    }
+
+    /// Dynamic shared memory of `fmha_fwd_long` with a ring of `ring` stages: 128 query rows,
+    /// `ring` x (64 key + 64 value rows) of head_dim + 8 elements, `ring` 64-float rows of
+    /// per-key additive terms.
+    pub fn long_smem_bytes(&self, ring: usize) -> usize {
+        (LONG_BLOCK_M + 2 * ring * LONG_BLOCK_N) * (self.head_dim + 8) * self.dtype.size_bytes()
+            + ring * LONG_BLOCK_N * 4
     }
 
     /// Grid of the persistent `fmha_fwd_window`: one CTA per item, at most `resident` CTAs.
@@ -304,7 +340,13 @@ pub unsafe fn launch_attention(
         .i32(row_stride as i32)
         .f32(p.scale * std::f32::consts::LOG2_E)
         .i32(p.n_qblocks() as i32);
-    // SAFETY: the argument list matches FMHA_PARAMS of both kernels; pointer extents are the
+    let args = if p.kernel_name() == "fmha_fwd_long" {
+        args.i32(long_ring() as i32)
+    } else {
+        args
+    };
+    // SAFETY: the argument list matches FMHA_PARAMS of both kernels (plus fmha_fwd_long's ring
+    // size, which sized its shared memory in launch_config); pointer extents are the
     // caller's contract (documented above) and the grid covers exactly batch x heads x query
     // blocks (one query block per (batch, head) for the short kernel).
     unsafe {
@@ -511,10 +553,15 @@ mod tests {
         assert_eq!(swin1.launch_config().unwrap().grid, (4096 * 3, 1, 1));
         assert_eq!(swin1.launch_config().unwrap().block, (128, 1, 1));
         let vit = params(64, 197, 12, 64);
-        assert_eq!(vit.n_qblocks(), 4);
-        assert_eq!(vit.launch_config().unwrap().grid.0, 64 * 12 * 4);
+        assert_eq!(vit.n_qblocks(), 2);
+        assert_eq!(vit.launch_config().unwrap().grid.0, 64 * 12 * 2);
+        // Q 128 rows + K, V 2 x 64 rows each, of 72 fp16; 2 x 64 fp32 key terms
+        assert_eq!(vit.long_smem_bytes(2), 384 * 72 * 2 + 512);
+        // four stages: 91 KB, still two CTAs per SM's 228 KB
+        assert_eq!(vit.long_smem_bytes(4), 640 * 72 * 2 + 1024);
         let bert = params(64, 384, 12, 64);
-        assert_eq!(bert.launch_config().unwrap().grid.0, 64 * 12 * 6);
+        assert_eq!(bert.launch_config().unwrap().grid.0, 64 * 12 * 3);
+        assert_eq!(params(3, 65, 1, 32).long_smem_bytes(2), 384 * 40 * 2 + 512);
         assert_eq!(params(1, 1, 1, 32).launch_config().unwrap().grid.0, 1);
         // no bias, no mask: the persistent window kernel
         assert_eq!(swin1.kernel_name(), "fmha_fwd_window");

@@ -49,6 +49,18 @@ __device__ __forceinline__ void ldmatrix_x4_trans(u32 r[4], u32 addr) {
                  : "r"(addr));
 }
 
+__device__ __forceinline__ float ex2_approx(float x) {  // 2^x; ex2.approx.ftz(-inf) = +0
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+__device__ __forceinline__ void ldmatrix_x4(u32 r[4], u32 addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
 #define ADD_STRIDE (BLOCK_N + 8)  // fp32 additive tile row stride (conflict-free 8-byte reads)
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool pred) {
@@ -281,10 +293,196 @@ extern "C" __global__ void __launch_bounds__(NWARPS * 32) fmha_fwd_short(FMHA_PA
     store_rows(st, Qs, out, b, h, N, H, 0, wrow, g, tq, lane);
 }
 
-extern "C" __global__ void __launch_bounds__(NWARPS * 32) fmha_fwd_long(FMHA_PARAMS) {
-    __shared__ __align__(16) u16 Qs[BLOCK_M][SROW];
-    __shared__ __align__(16) u16 Ks[2][BLOCK_N][SROW];
-    __shared__ __align__(16) u16 Vs[2][BLOCK_N][SROW];
+// ---- fmha_fwd_long (round 4): 128 query rows per CTA, two m16 tiles per warp ----
+//
+// Warp w owns query rows q0 + w*16 + {0, 64} .. +15 (two m16 tiles), so every K / V fragment it
+// loads (ldmatrix) feeds two mma, and the two tiles' softmax chains interleave. Keys in blocks of
+// 64 with an online softmax, loaded by cp.async into a ring of n_ring (2..4, a launch argument)
+// stages: up to n_ring blocks are in flight from the start, each waited for by its own commit
+// group, and a stage is refilled (behind a barrier) only when N has more blocks than stages. A
+// two-stage ring is the double buffer; four stages hold all of N <= 256 with one barrier per
+// block and none behind it, but measured slower on ViT (kernels/NOTES.md, round 4). In the last block only the key tiles holding a key < N
+// are computed. The per-key additive term (key-padding mask times log2 e, -inf past N) sits in a
+// 64-float shared row per block, so no per-element key test remains; per-row bias / window
+// masks (rowadd) are read from global memory.
+// Dynamic shared memory: Q [128][SROW], K [n_ring][64][SROW], V [n_ring][64][SROW], kadd [n_ring][64] fp32.
+#define LMT 2
+#define LBM (NWARPS * 16 * LMT)
+#ifndef LONG_MIN_BLOCKS
+#define LONG_MIN_BLOCKS 2
+#endif
+
+struct LongState {
+    u32 qa[LMT][HEAD_DIM / 16][4];
+    float o[LMT][HEAD_DIM / 8][4];
+    float m[LMT][2];
+    float l[LMT][2];
+};
+
+// The additive value of key c times log2 e: the key-padding mask (or 0), -inf past N.
+__device__ __forceinline__ float key_add(const u16* __restrict__ kp, int c, int N) {
+    if (c >= N) return NEG_INF;
+    return kp != nullptr ? ldg_f32(kp + c) * LOG2E_F : 0.f;
+}
+
+// Per-row additive terms of rows (row0, row0 + 8) at key c (bias [H, N, N], per-row mask rows).
+struct RowAdd {
+    const u16* bias;  // bias + h * N * N, or null
+    const u16* mask;  // the mask entry of this batch, or null
+    int stride;       // mask row stride
+};
+
+// One 64-key block for the warp's first NT (1 or 2) m-tiles. n_jt: key tiles (of 8) holding a
+// key < N. ra: per-row additive terms (ra.bias == ra.mask == null: none); qrow0: the warp's first
+// row of m-tile 0 (+ g).
+template <int NT>
+__device__ __forceinline__ void long_block(LongState& st, const u16 (*Ks)[SROW], const u16 (*Vs)[SROW],
+                                           const float* kadd, const RowAdd& ra, int qrow0, int N, int kb,
+                                           int n_jt, float scale_log2, int tq, int lane) {
+    const int mat = lane >> 3;
+    float s[NT][BLOCK_N / 8][4];
+#pragma unroll
+    for (int j = 0; j < BLOCK_N / 8; ++j) {
+#pragma unroll
+        for (int mt = 0; mt < NT; ++mt) { s[mt][j][0] = 0.f; s[mt][j][1] = 0.f; s[mt][j][2] = 0.f; s[mt][j][3] = 0.f; }
+        if (j < n_jt) {
+#pragma unroll
+            for (int kq = 0; kq < HEAD_DIM / 32; ++kq) {
+                u32 kf[4];
+                ldmatrix_x4(kf, smem_addr(&Ks[j * 8 + (lane & 7)][kq * 32 + mat * 8]));
+#pragma unroll
+                for (int mt = 0; mt < NT; ++mt) {
+                    mma16816(s[mt][j], st.qa[mt][2 * kq], kf[0], kf[1]);
+                    mma16816(s[mt][j], st.qa[mt][2 * kq + 1], kf[2], kf[3]);
+                }
+            }
+        }
+    }
+    const bool rowadd = ra.bias != nullptr || ra.mask != nullptr;  // uniform
+    float bm[NT][2];
+#pragma unroll
+    for (int mt = 0; mt < NT; ++mt) { bm[mt][0] = NEG_INF; bm[mt][1] = NEG_INF; }
+#pragma unroll
+    for (int j = 0; j < BLOCK_N / 8; ++j) {
+        if (j < n_jt) {
+            const int cl = j * 8 + 2 * tq;
+            const float2 ka = *reinterpret_cast<const float2*>(&kadd[cl]);
+#pragma unroll
+            for (int mt = 0; mt < NT; ++mt) {
+                float x[4] = {s[mt][j][0] * scale_log2 + ka.x, s[mt][j][1] * scale_log2 + ka.y,
+                              s[mt][j][2] * scale_log2 + ka.x, s[mt][j][3] * scale_log2 + ka.y};
+                if (rowadd) {
+                    const int c = kb * BLOCK_N + cl;
+                    // keys past N are -inf already (ka); keep the reads inside the row
+                    const int cc[2] = {ka.x == NEG_INF ? 0 : c, ka.y == NEG_INF ? 0 : c + 1};
+#pragma unroll
+                    for (int r = 0; r < 2; ++r) {
+                        int row = qrow0 + mt * 64 + 8 * r;
+                        row = row < N ? row : 0;
+#pragma unroll
+                        for (int e = 0; e < 2; ++e) {
+                            float a = 0.f;
+                            if (ra.bias != nullptr) a += ldg_f32(ra.bias + (i64)row * N + cc[e]);
+                            if (ra.mask != nullptr) a += ldg_f32(ra.mask + (i64)row * ra.stride + cc[e]);
+                            x[2 * r + e] += a * LOG2E_F;
+                        }
+                    }
+                }
+                s[mt][j][0] = x[0]; s[mt][j][1] = x[1]; s[mt][j][2] = x[2]; s[mt][j][3] = x[3];
+                bm[mt][0] = fmaxf(bm[mt][0], fmaxf(x[0], x[1]));
+                bm[mt][1] = fmaxf(bm[mt][1], fmaxf(x[2], x[3]));
+            }
+        }
+    }
+#pragma unroll
+    for (int mt = 0; mt < NT; ++mt) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            float v = bm[mt][r];
+            v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+            v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+            // A row whose additive terms are all -inf so far keeps m = -inf and is rescaled by 1
+            // (its l and o are 0); -inf - -inf would be NaN, so guard it.
+            const float nm = fmaxf(st.m[mt][r], v);
+            const float alpha = nm == NEG_INF ? 1.f : ex2_approx(st.m[mt][r] - nm);
+            st.m[mt][r] = nm;
+            bm[mt][r] = nm == NEG_INF ? 0.f : nm;  // the subtrahend for this block's exponentials
+            st.l[mt][r] *= alpha;
+#pragma unroll
+            for (int j = 0; j < HEAD_DIM / 8; ++j) {
+                st.o[mt][j][2 * r] *= alpha;
+                st.o[mt][j][2 * r + 1] *= alpha;
+            }
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < BLOCK_N / 8; ++j) {
+        if (j < n_jt) {
+#pragma unroll
+            for (int mt = 0; mt < NT; ++mt) {
+                s[mt][j][0] = ex2_approx(s[mt][j][0] - bm[mt][0]);
+                s[mt][j][1] = ex2_approx(s[mt][j][1] - bm[mt][0]);
+                s[mt][j][2] = ex2_approx(s[mt][j][2] - bm[mt][1]);
+                s[mt][j][3] = ex2_approx(s[mt][j][3] - bm[mt][1]);
+                st.l[mt][0] += s[mt][j][0] + s[mt][j][1];
+                st.l[mt][1] += s[mt][j][2] + s[mt][j][3];
+            }
+        }
+    }
+    // O += P V, skipping 16-key steps whose P columns are all zero (past the valid tiles).
+#pragma unroll
+    for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
+        if (2 * kk < n_jt) {
+            u32 pa[NT][4];
+#pragma unroll
+            for (int mt = 0; mt < NT; ++mt) {
+                pa[mt][0] = pack2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                pa[mt][1] = pack2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                pa[mt][2] = pack2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                pa[mt][3] = pack2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+            }
+            const int key = kk * 16 + (mat & 1) * 8 + (lane & 7);
+#pragma unroll
+            for (int dt = 0; dt < HEAD_DIM / 16; ++dt) {
+                u32 vb[4];
+                ldmatrix_x4_trans(vb, smem_addr(&Vs[key][dt * 16 + (mat >> 1) * 8]));
+#pragma unroll
+                for (int mt = 0; mt < NT; ++mt) {
+                    mma16816(st.o[mt][2 * dt], pa[mt], vb[0], vb[1]);
+                    mma16816(st.o[mt][2 * dt + 1], pa[mt], vb[2], vb[3]);
+                }
+            }
+        }
+    }
+}
+
+template <int NT>
+__device__ __forceinline__ void long_block_dispatch(LongState& st, const u16 (*Ks)[SROW], const u16 (*Vs)[SROW],
+                                                    const float* kadd, const RowAdd& ra, int qrow0, int N, int kb,
+                                                    int n_jt, float scale_log2, int tq, int lane) {
+    if (n_jt == BLOCK_N / 8) {  // a whole block: the tile tests fold away
+        long_block<NT>(st, Ks, Vs, kadd, ra, qrow0, N, kb, BLOCK_N / 8, scale_log2, tq, lane);
+    } else {
+        long_block<NT>(st, Ks, Vs, kadd, ra, qrow0, N, kb, n_jt, scale_log2, tq, lane);
+    }
+}
+
+// cp.async.wait_group takes an immediate: wait until at most n (0 .. 3) groups are pending.
+__device__ __forceinline__ void cp_async_wait_n(int n) {
+    switch (n) {
+        case 0: cp_async_wait<0>(); break;
+        case 1: cp_async_wait<1>(); break;
+        case 2: cp_async_wait<2>(); break;
+        default: cp_async_wait<3>(); break;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(NWARPS * 32, LONG_MIN_BLOCKS) fmha_fwd_long(FMHA_PARAMS, int n_ring) {
+    extern __shared__ __align__(16) u16 lsmem[];
+    u16(*Qs)[SROW] = reinterpret_cast<u16(*)[SROW]>(lsmem);
+    u16(*Kb)[BLOCK_N][SROW] = reinterpret_cast<u16(*)[BLOCK_N][SROW]>(lsmem + LBM * SROW);
+    u16(*Vb)[BLOCK_N][SROW] = reinterpret_cast<u16(*)[BLOCK_N][SROW]>(lsmem + (LBM + n_ring * BLOCK_N) * SROW);
+    float(*kadd)[BLOCK_N] = reinterpret_cast<float(*)[BLOCK_N]>(lsmem + (LBM + 2 * n_ring * BLOCK_N) * SROW);
 
     const int bid = blockIdx.x;
     const int qb = bid % n_qblocks;
@@ -296,51 +494,108 @@ extern "C" __global__ void __launch_bounds__(NWARPS * 32) fmha_fwd_long(FMHA_PAR
     const int lane = threadIdx.x & 31;
     const int g = lane >> 2;
     const int tq = lane & 3;
-    const int q0 = qb * BLOCK_M;
+    const int q0 = qb * LBM;
     const int wrow = warp * 16;
-    const bool active = q0 + wrow < N;  // whole warp past N: it only joins the barriers
+    const int nt = (q0 + wrow < N) + (q0 + 64 + wrow < N);  // this warp's m-tiles holding a row < N
 
-    const int r0 = q0 + wrow + g;
-    const int r1 = r0 + 8;
-    const u16 *ab0 = nullptr, *ab1 = nullptr, *am0 = nullptr, *am1 = nullptr;
-    if (bias != nullptr) {
-        ab0 = bias + ((i64)h * N + (r0 < N ? r0 : 0)) * N;
-        ab1 = bias + ((i64)h * N + (r1 < N ? r1 : 0)) * N;
-    }
-    if (mask != nullptr) {
+    // Key-padding mask: one value per key (mask_row_stride 0), into kadd; per-row masks and the
+    // bias through RowAdd.
+    RowAdd ra;
+    const u16* kp = nullptr;
+    {
         const i64 entry = mask_row_stride != 0 ? (i64)N * mask_row_stride : (i64)N;
-        const u16* mbase = mask + (i64)(b % n_mask) * entry;
-        am0 = mbase + (i64)(r0 < N ? r0 : 0) * mask_row_stride;
-        am1 = mbase + (i64)(r1 < N ? r1 : 0) * mask_row_stride;
+        const u16* mbase = mask != nullptr ? mask + (i64)(b % n_mask) * entry : nullptr;
+        kp = mask_row_stride == 0 ? mbase : nullptr;
+        ra.bias = bias != nullptr ? bias + (i64)h * N * N : nullptr;
+        ra.mask = mask_row_stride != 0 ? mbase : nullptr;
+        ra.stride = mask_row_stride;
     }
 
-    load_tile_async(Qs, qkv, 0, b, h, N, H, q0);
-    load_tile_async(Ks[0], qkv, 1, b, h, N, H, 0);
-    load_tile_async(Vs[0], qkv, 2, b, h, N, H, 0);
-    cp_async_commit();
-
-    WarpState st;
     const int n_kblocks = (N + BLOCK_N - 1) / BLOCK_N;
-    for (int kb = 0; kb < n_kblocks; ++kb) {
-        const int buf = kb & 1;
-        if (kb + 1 < n_kblocks) {  // prefetch the next block into the other buffer
-            load_tile_async(Ks[buf ^ 1], qkv, 1, b, h, N, H, (kb + 1) * BLOCK_N);
-            load_tile_async(Vs[buf ^ 1], qkv, 2, b, h, N, H, (kb + 1) * BLOCK_N);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
-        if (active) {
-            if (kb == 0) load_q_frags(st, Qs, wrow, g, tq);
-            attend_block(st, Ks[buf], Vs[buf], nullptr, 0, false, false, ab0, ab1, am0, am1, kb, N, scale_log2, g,
-                         tq, lane);
-        }
-        __syncthreads();  // everyone is done with Ks/Vs[buf] before it is refilled
+    const int n_first = n_kblocks < n_ring ? n_kblocks : n_ring;
+    load_tile_async(Qs, qkv, 0, b, h, N, H, q0);
+    load_tile_async(Qs + 64, qkv, 0, b, h, N, H, q0 + 64);
+    for (int kb = 0; kb < n_first; ++kb) {  // one commit group per block (Q rides with block 0)
+        load_tile_async(Kb[kb], qkv, 1, b, h, N, H, kb * BLOCK_N);
+        load_tile_async(Vb[kb], qkv, 2, b, h, N, H, kb * BLOCK_N);
+        cp_async_commit();
     }
-    if (!active) return;
-    store_rows(st, Qs, out, b, h, N, H, q0, wrow, g, tq, lane);
+    if (threadIdx.x < BLOCK_N) {
+        for (int kb = 0; kb < n_first; ++kb) kadd[kb][threadIdx.x] = key_add(kp, kb * BLOCK_N + threadIdx.x, N);
+    }
+
+    LongState st;
+    for (int kb = 0; kb < n_kblocks; ++kb) {
+        const int stage = kb % n_ring;
+        const int issued = n_kblocks < kb + n_ring ? n_kblocks : kb + n_ring;  // blocks issued so far
+        cp_async_wait_n(issued - kb - 1);
+        __syncthreads();  // block kb (and its kadd row) visible to everyone
+        if (kb == 0 && nt > 0) {
+#pragma unroll
+            for (int mt = 0; mt < LMT; ++mt) {
+                const int r0 = mt * 64 + wrow + g;
+#pragma unroll
+                for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
+                    st.qa[mt][kk][0] = *reinterpret_cast<const u32*>(&Qs[r0][kk * 16 + 2 * tq]);
+                    st.qa[mt][kk][1] = *reinterpret_cast<const u32*>(&Qs[r0 + 8][kk * 16 + 2 * tq]);
+                    st.qa[mt][kk][2] = *reinterpret_cast<const u32*>(&Qs[r0][kk * 16 + 2 * tq + 8]);
+                    st.qa[mt][kk][3] = *reinterpret_cast<const u32*>(&Qs[r0 + 8][kk * 16 + 2 * tq + 8]);
+                }
+#pragma unroll
+                for (int j = 0; j < HEAD_DIM / 8; ++j) {
+                    st.o[mt][j][0] = 0.f; st.o[mt][j][1] = 0.f; st.o[mt][j][2] = 0.f; st.o[mt][j][3] = 0.f;
+                }
+                st.m[mt][0] = NEG_INF; st.m[mt][1] = NEG_INF;
+                st.l[mt][0] = 0.f; st.l[mt][1] = 0.f;
+            }
+        }
+        int n_jt = (N - kb * BLOCK_N + 7) >> 3;
+        n_jt = n_jt < BLOCK_N / 8 ? n_jt : BLOCK_N / 8;
+        if (nt == 2) {
+            long_block_dispatch<2>(st, Kb[stage], Vb[stage], kadd[stage], ra, q0 + wrow + g, N, kb, n_jt, scale_log2, tq, lane);
+        } else if (nt == 1) {
+            long_block_dispatch<1>(st, Kb[stage], Vb[stage], kadd[stage], ra, q0 + wrow + g, N, kb, n_jt, scale_log2, tq, lane);
+        }
+        const int next = kb + n_ring;
+        if (next < n_kblocks) {  // refill this stage: only when N has more blocks than stages
+            __syncthreads();  // everyone is done with stage `stage`
+            load_tile_async(Kb[stage], qkv, 1, b, h, N, H, next * BLOCK_N);
+            load_tile_async(Vb[stage], qkv, 2, b, h, N, H, next * BLOCK_N);
+            cp_async_commit();
+            if (threadIdx.x < BLOCK_N) kadd[stage][threadIdx.x] = key_add(kp, next * BLOCK_N + threadIdx.x, N);
+        }
+    }
+    cp_async_wait<0>();
+    // Normalise, stage each m-tile in its own (consumed) Q rows, 16-byte stores.
+#pragma unroll
+    for (int mt = 0; mt < LMT; ++mt) {
+        if (mt >= nt) break;
+        float l0 = st.l[mt][0], l1 = st.l[mt][1];
+        l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+        l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+        const float inv0 = 1.f / l0;
+        const float inv1 = 1.f / l1;
+        const int r0 = mt * 64 + wrow + g;
+#pragma unroll
+        for (int j = 0; j < HEAD_DIM / 8; ++j) {
+            *reinterpret_cast<u32*>(&Qs[r0][j * 8 + 2 * tq]) = pack2(st.o[mt][j][0] * inv0, st.o[mt][j][1] * inv0);
+            *reinterpret_cast<u32*>(&Qs[r0 + 8][j * 8 + 2 * tq]) = pack2(st.o[mt][j][2] * inv1, st.o[mt][j][3] * inv1);
+        }
+        __syncwarp();
+#pragma unroll
+        for (int i = lane; i < 16 * DCH; i += 32) {
+            const int r = i / DCH;
+            const int c = i - r * DCH;
+            const int row = q0 + mt * 64 + wrow + r;
+            if (row < N) {
+                const i64 t = (i64)b * N + row;
+                stg16(out + (t * H + h) * HEAD_DIM + c * 8,
+                      *reinterpret_cast<const uint4*>(&Qs[mt * 64 + wrow + r][c * 8]));
+            }
+        }
+    }
 }
 
 // ---- Precombined additive tile + persistent window kernel (round 2) ----
@@ -388,43 +643,47 @@ fmha_add_combine(const u16* __restrict__ bias, const u16* __restrict__ mask, u16
 #endif
 #define QKV_STAGE (3 * BLOCK_M * SROW)  // elements of q, k, v in one stage
 
-// Issue the cp.async copies of item (b, h) into one stage: q/k/v rows < N, and the additive tile
-// (N rows of NP elements, contiguous in global memory) into rows of AS elements.
+// Issue the cp.async copies of item (b, h) (additive entry e) into one stage: q/k/v rows < N,
+// and the additive tile (N rows of NP elements, contiguous in global memory) into rows of AS
+// elements. Round 4: the chunk -> (row, q/k/v, column) mapping is fixed per thread (threads
+// [0, QSTEP_ROWS * 3 * DCH) take rows r0, r0 + QSTEP_ROWS, ...), so each chunk costs two
+// additions and the copy; run 6's version spent ~45% of the kernel's instructions on 64-bit
+// index math and runtime divisions here (Nsight Compute, kernels/NOTES.md round 4).
+#define QSTEP_ROWS (WIN_THREADS / (3 * DCH))  // q/k/v rows per step: 10 (d = 32), 5 (d = 64)
 __device__ __forceinline__ void window_issue(u16* stage, const u16* __restrict__ qkv, const u16* __restrict__ add,
-                                             int b, int h, int N, int H, int n_add, int NP, int AS) {
-    const i64 t0 = (i64)b * N;
-    for (int i = threadIdx.x; i < N * 3 * DCH; i += WIN_THREADS) {
-        const int r = i / (3 * DCH);  // compile-time divisor
-        const int rem = i - r * (3 * DCH);
-        const int which = rem / DCH;
-        const int c = rem - which * DCH;
-        cp_async16(stage + (which * BLOCK_M + r) * SROW + c * 8,
-                   qkv + (((t0 + r) * 3 + which) * H + h) * HEAD_DIM + c * 8, true);
+                                             int b, int h, int e, int N, int H, int NP, int AS) {
+    const int t = threadIdx.x;
+    const int r0 = t / (3 * DCH);  // compile-time divisors
+    const int rem = t - r0 * 3 * DCH;
+    const int which = rem / DCH;
+    const int c = rem - which * DCH;
+    const int HD = H * HEAD_DIM;
+    if (r0 < QSTEP_ROWS) {
+        const u16* src = qkv + (i64)b * N * 3 * HD + h * HEAD_DIM + (r0 * 3 + which) * HD + c * 8;
+        u16* dst = stage + (which * BLOCK_M + r0) * SROW + c * 8;
+        const int gstep = QSTEP_ROWS * 3 * HD;
+        for (int r = r0; r < N; r += QSTEP_ROWS) {
+            cp_async16(dst, src, true);
+            src += gstep;
+            dst += QSTEP_ROWS * SROW;
+        }
     }
     if (add != nullptr) {
         const int cpr = NP >> 3;  // 16-byte chunks per row
-        const u16* src = add + ((i64)(b % n_add) * H + h) * N * NP;
+        const u16* src = add + ((i64)e * H + h) * N * NP;
         u16* dst = stage + QKV_STAGE;
-        for (int i = threadIdx.x; i < N * cpr; i += WIN_THREADS) {
-            const int r = i / cpr;
-            const int c = i - r * cpr;
-            cp_async16(dst + r * AS + c * 8, src + (i64)i * 8, true);
+        if (AS == NP) {  // rows back to back in shared memory too: a flat copy
+            for (int i = t; i < N * cpr; i += WIN_THREADS) cp_async16(dst + i * 8, src + i * 8, true);
+        } else {
+            for (int i = t; i < N * cpr; i += WIN_THREADS) {
+                const int r = i / cpr;
+                cp_async16(dst + r * AS + (i - r * cpr) * 8, src + i * 8, true);
+            }
         }
     }
 }
 
 
-__device__ __forceinline__ float ex2_approx(float x) {  // 2^x; ex2.approx.ftz(-inf) = +0
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-
-__device__ __forceinline__ void ldmatrix_x4(u32 r[4], u32 addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
 
 // One warp's 16 query rows of one (batch, head) item, all N <= 64 keys in one block. Key tiles
 // j >= NP / 8 hold only padded keys and are skipped. HAS_ADD: the additive tile (-inf in its
@@ -553,15 +812,25 @@ extern "C" __global__ void __launch_bounds__(WIN_THREADS, WIN_MIN_BLOCKS) fmha_f
             make_uint4(0u, 0u, 0u, 0u);
     }
 
-    int item = blockIdx.x;
-    if (item < n_items) window_issue(smem, qkv, add, item / H, item % H, N, H, n_add, NP, AS);
+    // Items advance by gridDim.x: (b, h) and the additive entry e = b % n_add are stepped
+    // incrementally, no division per item.
+    int nb = blockIdx.x / H, nh = blockIdx.x - (blockIdx.x / H) * H;
+    int ne = nb % n_add;
+    const int db = gridDim.x / H, dh = gridDim.x - db * H, de = db % n_add;
+    if ((int)blockIdx.x < n_items) window_issue(smem, qkv, add, nb, nh, ne, N, H, NP, AS);
     cp_async_commit();
-    for (int s = 0; item < n_items; item += gridDim.x, s ^= 1) {
+    for (int item = blockIdx.x, s = 0; item < n_items; item += gridDim.x, s ^= 1) {
+        const int b = nb;
+        const int h = nh;
+        nb += db;
+        nh += dh;
+        ne += de;
+        if (nh >= H) { nh -= H; nb += 1; ne += 1; }
+        if (ne >= n_add) ne -= n_add;
         cp_async_wait<0>();
         __syncthreads();  // this stage landed for everyone; everyone is done with the other one
-        const int next = item + gridDim.x;
-        if (next < n_items)
-            window_issue(smem + (s ^ 1) * stage_elems, qkv, add, next / H, next % H, N, H, n_add, NP, AS);
+        if (item + (int)gridDim.x < n_items)
+            window_issue(smem + (s ^ 1) * stage_elems, qkv, add, nb, nh, ne, N, H, NP, AS);
         cp_async_commit();
         if (wrow >= N) continue;  // whole warp past N: it only joins the barriers
 
@@ -570,8 +839,6 @@ extern "C" __global__ void __launch_bounds__(WIN_THREADS, WIN_MIN_BLOCKS) fmha_f
         const u16(*Ks)[SROW] = reinterpret_cast<const u16(*)[SROW]>(st_base + BLOCK_M * SROW);
         const u16(*Vs)[SROW] = reinterpret_cast<const u16(*)[SROW]>(st_base + 2 * BLOCK_M * SROW);
         const u16* At = st_base + QKV_STAGE;
-        const int b = item / H;
-        const int h = item - b * H;
 
         if (add != nullptr) {
             window_item<true>(Qs, Ks, Vs, At, out, b, h, N, H, NP, AS, scale_log2, wrow, g, tq, lane);

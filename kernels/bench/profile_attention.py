@@ -1,0 +1,42 @@
+"""Run each attention kernel of the benchmark shapes a few times, for Nsight Compute:
+
+    ncu --kernel-name regex:fmha_fwd --launch-skip 2 --launch-count 1 --set full \
+        python3 kernels/bench/profile_attention.py [window|vit|bert|all]
+
+(window: Swin-T stage 1 on the precombined bias+mask; vit: 64x12x197x64; bert: 64x12x128x64
+with a key-padding mask). Needs FUSEPROF_KERNELS_LIB (see fuseprof_kernels.py).
+"""
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import fuseprof_kernels as fk  # noqa: E402
+
+DEV = "cuda"
+h = torch.float16
+which = sys.argv[1] if len(sys.argv) > 1 else "all"
+reps = 3
+if which in ("window", "all"):
+    nw, H, C, N = 4096, 3, 96, 49
+    qkv = torch.randn(nw * N, 3 * C, device=DEV, dtype=h)
+    bias = (torch.randn(H, N, N, device=DEV) * 0.5).to(h)
+    mask = torch.zeros(64, N, N, device=DEV).masked_fill(torch.rand(64, N, N, device=DEV) > 0.7, -100.).to(h)
+    add = fk.attention_add(H, N, bias=bias, window_mask=mask)
+    for _ in range(reps):
+        fk.attention(qkv, H, N, add=add)
+if which in ("vit", "all"):
+    B, N, H, d = 64, 197, 12, 64
+    qkv = torch.randn(B * N, 3 * H * d, device=DEV, dtype=h)
+    for _ in range(reps):
+        fk.attention(qkv, H, N)
+if which in ("bert", "all"):
+    B, N, H, d = 64, 128, 12, 64
+    qkv = torch.randn(B * N, 3 * H * d, device=DEV, dtype=h)
+    lens = torch.randint(1, N + 1, (B,), device=DEV)
+    kpm = torch.where(torch.arange(N, device=DEV)[None] < lens[:, None], 0.0, -10000.0).to(h)
+    for _ in range(reps):
+        fk.attention(qkv, H, N, key_padding_mask=kpm)
+torch.cuda.synchronize()
+print("done", which)
