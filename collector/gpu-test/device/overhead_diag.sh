@@ -2,7 +2,7 @@
 # Where the collector's overhead comes from: the Swin-T loop under each tracing configuration,
 # at batch 1 (CPU-bound: time per step = host cost of one step) and at batch 64 (the loop the
 # overhead target is about). Each configuration runs in its own process; rounds are interleaved.
-# DIAG_SET=all (every diagnostic), main, final, final2, observer, shapes, shapes2 or shapes3 (the configurations the README reports);
+# DIAG_SET=all (every diagnostic), main, final, final2, observer, cuda_only (untraced and CUDA-only), shapes, shapes2 or shapes3 (the configurations the README reports);
 # ROUNDS_ALT>0 adds in-process comparisons (--window alternate).
 # Writes $OUT/diag.jsonl (one row per process, with per-step times) and $OUT/diag.log.
 # Needs .dev-collector/ (fuseprof, libfuseprof_tracer.so).
@@ -71,6 +71,10 @@ configs() { # batch steps
   one cuda_shapes_per_thread $b $n "" FUSEPROF_CUPTI_PER_THREAD=1 -- $T --pytorch shapes -- python3
   one emit_nvtx_shapes_no_tracer $b $n "" PYTHONPATH=$PWD/collector/python FUSEPROF_PYTORCH=shapes -- python3
   one torchprof $b $n "--window torchprof" X=1 -- python3
+  ;;
+  cuda_only)
+  one base $b $n "" X=1 -- python3
+  one cuda $b $n "" X=1 -- $T --pytorch none -- python3
   ;;
   observer)
   one base $b $n "" X=1 -- python3

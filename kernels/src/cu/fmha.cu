@@ -335,7 +335,7 @@ struct RowAdd {
 // One 64-key block for the warp's first NT (1 or 2) m-tiles. n_jt: key tiles (of 8) holding a
 // key < N. ra: per-row additive terms (ra.bias == ra.mask == null: none); qrow0: the warp's first
 // row of m-tile 0 (+ g).
-template <int NT>
+template <int NT, bool ROWADD>
 __device__ __forceinline__ void long_block(LongState& st, const u16 (*Ks)[SROW], const u16 (*Vs)[SROW],
                                            const float* kadd, const RowAdd& ra, int qrow0, int N, int kb,
                                            int n_jt, float scale_log2, int tq, int lane) {
@@ -358,7 +358,6 @@ __device__ __forceinline__ void long_block(LongState& st, const u16 (*Ks)[SROW],
             }
         }
     }
-    const bool rowadd = ra.bias != nullptr || ra.mask != nullptr;  // uniform
     float bm[NT][2];
 #pragma unroll
     for (int mt = 0; mt < NT; ++mt) { bm[mt][0] = NEG_INF; bm[mt][1] = NEG_INF; }
@@ -371,7 +370,7 @@ __device__ __forceinline__ void long_block(LongState& st, const u16 (*Ks)[SROW],
             for (int mt = 0; mt < NT; ++mt) {
                 float x[4] = {s[mt][j][0] * scale_log2 + ka.x, s[mt][j][1] * scale_log2 + ka.y,
                               s[mt][j][2] * scale_log2 + ka.x, s[mt][j][3] * scale_log2 + ka.y};
-                if (rowadd) {
+                if (ROWADD) {
                     const int c = kb * BLOCK_N + cl;
                     // keys past N are -inf already (ka); keep the reads inside the row
                     const int cc[2] = {ka.x == NEG_INF ? 0 : c, ka.y == NEG_INF ? 0 : c + 1};
@@ -456,14 +455,18 @@ __device__ __forceinline__ void long_block(LongState& st, const u16 (*Ks)[SROW],
     }
 }
 
+// ROWADD is a template argument: a branch on it inside the unrolled tile loops split them into
+// basic blocks the compiler did not schedule across (ViT 75 -> 94 us when it was a run-time test).
 template <int NT>
 __device__ __forceinline__ void long_block_dispatch(LongState& st, const u16 (*Ks)[SROW], const u16 (*Vs)[SROW],
                                                     const float* kadd, const RowAdd& ra, int qrow0, int N, int kb,
                                                     int n_jt, float scale_log2, int tq, int lane) {
-    if (n_jt == BLOCK_N / 8) {  // a whole block: the tile tests fold away
-        long_block<NT>(st, Ks, Vs, kadd, ra, qrow0, N, kb, BLOCK_N / 8, scale_log2, tq, lane);
+    if (ra.bias != nullptr || ra.mask != nullptr) {  // per-row bias / mask: rare shapes, one variant
+        long_block<NT, true>(st, Ks, Vs, kadd, ra, qrow0, N, kb, n_jt, scale_log2, tq, lane);
+    } else if (n_jt == BLOCK_N / 8) {  // a whole block: the tile tests fold away
+        long_block<NT, false>(st, Ks, Vs, kadd, ra, qrow0, N, kb, BLOCK_N / 8, scale_log2, tq, lane);
     } else {
-        long_block<NT>(st, Ks, Vs, kadd, ra, qrow0, N, kb, n_jt, scale_log2, tq, lane);
+        long_block<NT, false>(st, Ks, Vs, kadd, ra, qrow0, N, kb, n_jt, scale_log2, tq, lane);
     }
 }
 
