@@ -31,3 +31,14 @@ for name in by:
         b, v = cell.get((k, "base")), cell.get((k, name))
         out.append(f"{100 * (v / b - 1):+.1f} %" if b and v else "–")
     print(f"| {name} | " + " | ".join(out) + " |")
+
+# Host noise and cost, where the rows have them (workload.py since 2026-11-23): CPU time the VM
+# lost to its host (steal, all CPUs) and CPU time the traced process used, per step.
+if any("steal_ms_per_iter" in r["result"] for r in rows):
+    print()
+    print("| configuration | round | ms/iter | steal ms/iter | process CPU ms/iter |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        x = r["result"]
+        print(f"| {r['config']} | {r['round']} | {x['per_iter_ms']:.3f} | {x.get('steal_ms_per_iter', float('nan')):.3f} | "
+              f"{x.get('process_cpu_ms_per_iter', float('nan')):.3f} |")

@@ -19,7 +19,7 @@ Swin-T training step, each run as `warmup` untimed steps then `steps` measured o
                     per step is the host cost of one step.
 --timing            also lists each step's host-side time (no synchronisation between steps).
 """
-import argparse, json, sys, time
+import argparse, json, os, sys, time
 
 import torch
 
@@ -66,6 +66,21 @@ def build(name, batch=64):
     return step
 
 
+
+def host_counters():
+    """(steal ms of all CPUs, this process's CPU ms): how much CPU the VM lost to its host
+    (steal, /proc/stat) and how much this process used (user + sys, its threads included)."""
+    steal = 0.0
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        hz = os.sysconf("SC_CLK_TCK")
+        steal = int(fields[8]) * 1000.0 / hz if len(fields) > 8 else 0.0
+    except (OSError, ValueError):
+        pass
+    t = os.times()
+    return steal, (t.user + t.system) * 1000.0
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("model")
@@ -92,6 +107,7 @@ def main():
         prof = profile(activities=acts, record_shapes=a.window != "torchprof_cuda")
         prof.__enter__()
     ends = []
+    c0 = host_counters()
     t0 = time.perf_counter()
     on = []
     for i in range(a.steps):
@@ -109,6 +125,7 @@ def main():
         on.append(a.window != "alternate" or (i // a.period) % 2 == 0)
     torch.cuda.synchronize()
     t1 = time.perf_counter()
+    c1 = host_counters()
     if a.window == "profiler":
         torch.cuda.profiler.stop()
     elif prof is not None:
@@ -135,7 +152,10 @@ def main():
             keep = [(m, o) for m, o in zip(iter_ms, on) if o is not None]
             json.dump({"model": a.model, "batch": a.batch, "steps": a.steps,
                        "per_iter_ms": per_iter_ms, "iter_ms": [m for m, _ in keep],
-                       "recording": [o for _, o in keep]}, f)
+                       "recording": [o for _, o in keep],
+                       # host noise and cost over the timed loop, per step
+                       "steal_ms_per_iter": round((c1[0] - c0[0]) / a.steps, 4),
+                       "process_cpu_ms_per_iter": round((c1[1] - c0[1]) / a.steps, 4)}, f)
     print(json.dumps({"model": a.model, "window": a.window, "steps": a.steps, "per_iter_ms": per_iter_ms}), file=sys.stderr)
 
 

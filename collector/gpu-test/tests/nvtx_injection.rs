@@ -7,11 +7,14 @@ use std::process::Command;
 use fuseprof_store::{RangeKind, Store};
 
 /// The tracer library, built next to this package's binaries: `cargo test` builds only the
-/// test harness of a cdylib crate, so the library itself is built here when it is missing.
+/// test harness of a cdylib crate, so the library itself is built (or brought up to date: a
+/// stale copy would test old code) here, once per test process.
 fn tracer() -> PathBuf {
+    static BUILT: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
     let bench = PathBuf::from(env!("CARGO_BIN_EXE_nvtx-bench"));
     let so = bench.with_file_name("libfuseprof_tracer.so");
-    if !so.is_file() {
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if !*built {
         let profile_dir = bench.parent().unwrap();
         let target_dir = profile_dir.parent().unwrap();
         let mut cargo = Command::new(env!("CARGO"));
@@ -24,6 +27,7 @@ fn tracer() -> PathBuf {
         }
         let status = cargo.status().unwrap();
         assert!(status.success(), "building the tracer failed: {status}");
+        *built = true;
     }
     assert!(
         so.is_file(),
@@ -143,4 +147,52 @@ fn a_forked_child_that_exits_with_underscore_exit_keeps_its_records() {
         0,
         "{seen:?}"
     );
+}
+
+/// SIGTERM to a traced program (default action) ends it with SIGTERM and a complete run: the
+/// flush happens after the handler returns, so it works even when the flush needs the thread
+/// the signal interrupted (as CUPTI's does when that thread is inside CUDA; simulated here by
+/// FUSEPROF_TEST_FLUSH_WAITS_FOR_PROGRAM, since this test has no GPU). A flush waited for inside
+/// the handler could never finish here: the previous tracer lost every record of such a run.
+#[test]
+fn sigterm_keeps_every_record_even_when_the_flush_needs_the_interrupted_thread() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+
+    let dir = tempfile::tempdir().unwrap();
+    let spool = dir.path().join("spool");
+    std::fs::create_dir(&spool).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_signal-loop"))
+        .env("NVTX_INJECTION64_PATH", tracer())
+        .env("FUSEPROF_SPOOL_DIR", &spool)
+        .env("FUSEPROF_TEST_FLUSH_WAITS_FOR_PROGRAM", "1")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready");
+    // SAFETY: sends SIGTERM to the child just spawned.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let started = std::time::Instant::now();
+    let status = child.wait().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
+    // The flush did not wait for the 10 s watchdog (nor a 3 s in-handler timeout).
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+
+    let run = dir.path().join("run.sqlite");
+    let (counts, warnings) =
+        fuseprof_collector::collect::ingest_spool_dir_with_warnings(&spool, &run).unwrap();
+    assert!(
+        !warnings.iter().any(|w| w.contains("without a final flush")),
+        "{warnings:?}"
+    );
+    assert!(counts.ranges >= 100, "{counts:?}");
 }

@@ -71,7 +71,7 @@ fn recorded_kinds() -> &'static [K] {
     })
 }
 
-fn env_flag(name: &str) -> bool {
+pub(crate) fn env_flag(name: &str) -> bool {
     std::env::var_os(name).is_some_and(|v| !v.is_empty() && v != "0")
 }
 

@@ -20,7 +20,7 @@ use std::fs::File;
 use std::io::Write;
 use std::os::unix::ffi::OsStringExt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Mutex, Once};
 use std::time::Duration;
 
@@ -134,6 +134,10 @@ pub(crate) fn init() -> Option<&'static Tracer> {
             libc::sem_init(std::ptr::addr_of_mut!(WAKE).cast(), 0, 0);
         }
         WAKE_READY.store(true, Ordering::Release);
+        TEST_GATE.store(
+            cupti::env_flag("FUSEPROF_TEST_FLUSH_WAITS_FOR_PROGRAM"),
+            Ordering::Relaxed,
+        );
         install(PathBuf::from(dir), false);
         install_signal_handlers();
         // SAFETY: the handlers are plain extern "C" functions without arguments.
@@ -204,6 +208,9 @@ impl Tracer {
     /// Appends one encoded record to the pending buffer. Drops (and counts) it when the writer
     /// has fallen too far behind, so memory stays bounded.
     pub fn record(&'static self, f: impl FnOnce(&mut Enc)) {
+        if TEST_GATE.load(Ordering::Relaxed) && PENDING_SIGNAL.load(Ordering::Relaxed) != 0 {
+            PROGRAM_RAN_AFTER_SIGNAL.store(true, Ordering::Release);
+        }
         if self.write_through {
             // One write per record, no writer thread: a forked child (a DataLoader worker)
             // usually leaves through _exit, which runs no exit handler.
@@ -308,6 +315,7 @@ impl Tracer {
 
     /// A complete flush: CUPTI's buffers, then everything pending, then a FLUSHED marker.
     pub fn flush_all(&self, reason: u8) {
+        test_gate_wait();
         cupti::flush_all();
         let dropped_cupti = self.cupti_dropped.load(Ordering::Relaxed);
         let dropped_nvtx = self.nvtx_dropped.load(Ordering::Relaxed);
@@ -352,11 +360,18 @@ fn writer_loop(t: &'static Tracer) {
             let asked = t.flush_seq_asked.load(Ordering::Acquire);
             if asked > t.flush_seq_done.load(Ordering::Acquire) {
                 let reason = t.flush_requested.load(Ordering::Relaxed);
+                let signalled = PENDING_SIGNAL.load(Ordering::Acquire) != 0;
+                if signalled {
+                    arm_signal_watchdog();
+                }
                 // What is already gathered goes to disk first: if the CUPTI flush below blocks
                 // (a signal can interrupt a thread inside CUDA), that much is safe.
                 t.drain();
                 t.flush_all(reason);
                 t.flush_seq_done.store(asked, Ordering::Release);
+                if signalled {
+                    finish_pending_signal();
+                }
             } else {
                 t.drain();
             }
@@ -380,27 +395,6 @@ fn wait_wake(period: Duration) {
     // SAFETY: WAKE is initialised (the writer starts only after init).
     unsafe {
         libc::sem_timedwait(std::ptr::addr_of_mut!(WAKE).cast(), &ts);
-    }
-}
-
-/// Asks the writer thread for a complete flush and waits for it up to `timeout`.
-/// Async-signal-safe: atomics, sem_post and nanosleep only.
-pub(crate) fn request_flush_and_wait(reason: u8, timeout: Duration) {
-    let Some(t) = tracer() else { return };
-    if !t.writer_started.load(Ordering::Acquire) {
-        return;
-    }
-    let seq = t.ask_flush(reason);
-    wake_writer();
-    let step = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 2_000_000,
-    };
-    let mut waited = Duration::ZERO;
-    while t.flush_seq_done.load(Ordering::Acquire) < seq && waited < timeout {
-        // SAFETY: nanosleep with a valid timespec.
-        unsafe { libc::nanosleep(&step, std::ptr::null_mut()) };
-        waited += Duration::from_millis(2);
     }
 }
 
@@ -428,7 +422,6 @@ extern "C" fn after_fork_child() {
 
 static OLD_INT: AtomicPtr<libc::sigaction> = AtomicPtr::new(std::ptr::null_mut());
 static OLD_TERM: AtomicPtr<libc::sigaction> = AtomicPtr::new(std::ptr::null_mut());
-static IN_HANDLER: AtomicU32 = AtomicU32::new(0);
 
 fn install_signal_handlers() {
     for (sig, slot) in [(libc::SIGINT, &OLD_INT), (libc::SIGTERM, &OLD_TERM)] {
@@ -451,11 +444,20 @@ fn install_signal_handlers() {
     }
 }
 
+/// The signal whose default action (termination) waits for the writer thread's final flush.
+static PENDING_SIGNAL: AtomicI32 = AtomicI32::new(0);
+/// How long the writer may take over that flush before the signal's default action runs anyway.
+const SIGNAL_FLUSH_LIMIT: Duration = Duration::from_secs(10);
+
+/// SIGINT / SIGTERM. The flush must not run inside the handler: the signal usually interrupts a
+/// thread inside a CUDA call, holding locks that CUPTI's flush needs, so a flush waited for here
+/// blocks until its timeout (seen on the device: a Swin-T loop sent SIGTERM kept nothing). So:
+/// - the program's own handler (Python's for SIGINT): ask the writer for a flush and call it;
+///   the program decides how to end, and its exit runs the exit flush;
+/// - the default action (terminate): ask the writer for a flush and return, so the interrupted
+///   thread leaves CUDA; the writer flushes, puts the default action back and raises the signal
+///   again (`finish_pending_signal`). A second signal while that runs terminates at once.
 extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    if IN_HANDLER.fetch_add(1, Ordering::AcqRel) == 0 {
-        request_flush_and_wait(spool::flush_reason::SIGNAL, Duration::from_secs(3));
-    }
-    IN_HANDLER.fetch_sub(1, Ordering::AcqRel);
     let slot = if sig == libc::SIGINT {
         &OLD_INT
     } else {
@@ -469,14 +471,32 @@ extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     if h == libc::SIG_IGN {
         return;
     }
+    let writer = tracer().is_some_and(|t| t.writer_started.load(Ordering::Acquire));
     if h == libc::SIG_DFL {
-        // Default action: put it back and re-raise; it fires once this handler returns.
+        if writer
+            && PENDING_SIGNAL
+                .compare_exchange(0, sig, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            if let Some(t) = tracer() {
+                t.ask_flush(spool::flush_reason::SIGNAL);
+            }
+            wake_writer();
+            return;
+        }
+        // No writer (nothing recorded yet), or a second signal: the default action now.
         // SAFETY: async-signal-safe calls with valid arguments.
         unsafe {
             libc::sigaction(sig, old, std::ptr::null_mut());
             libc::raise(sig);
         }
         return;
+    }
+    if writer {
+        if let Some(t) = tracer() {
+            t.ask_flush(spool::flush_reason::SIGNAL);
+        }
+        wake_writer();
     }
     // SAFETY: calling the program's own handler the way it was installed.
     unsafe {
@@ -489,6 +509,54 @@ extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
             f(sig);
         }
     }
+}
+
+/// Test hook (`FUSEPROF_TEST_FLUSH_WAITS_FOR_PROGRAM=1`, read at start): a flush for a pending
+/// signal waits, up to 5 s, until a program thread has recorded something after the signal. This
+/// is how CUPTI's flush behaves when the signal interrupted a thread inside CUDA (it needs that
+/// thread's locks), which a test without a GPU cannot otherwise reproduce.
+static TEST_GATE: AtomicBool = AtomicBool::new(false);
+static PROGRAM_RAN_AFTER_SIGNAL: AtomicBool = AtomicBool::new(false);
+
+fn test_gate_wait() {
+    if !TEST_GATE.load(Ordering::Relaxed) || PENDING_SIGNAL.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    let start = std::time::Instant::now();
+    while !PROGRAM_RAN_AFTER_SIGNAL.load(Ordering::Acquire)
+        && start.elapsed() < Duration::from_secs(5)
+    {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Called by the writer thread after a flush: when a terminating signal waits for it, put the
+/// signal's default action back and raise it for the process (the writer blocks it, so another
+/// thread takes it and the process ends).
+fn finish_pending_signal() {
+    let sig = PENDING_SIGNAL.load(Ordering::Acquire);
+    if sig == 0 {
+        return;
+    }
+    // SAFETY: restoring the default action and sending the signal to this process.
+    unsafe {
+        let mut dfl: libc::sigaction = std::mem::zeroed();
+        dfl.sa_sigaction = libc::SIG_DFL;
+        libc::sigemptyset(&mut dfl.sa_mask);
+        libc::sigaction(sig, &dfl, std::ptr::null_mut());
+        libc::kill(libc::getpid(), sig);
+    }
+}
+
+/// Started by the writer before the flush a terminating signal waits for: if that flush blocks
+/// (CUPTI waiting on a thread that never leaves CUDA), the signal's default action runs anyway.
+fn arm_signal_watchdog() {
+    let _ = std::thread::Builder::new()
+        .name("fuseprof-sigwatch".into())
+        .spawn(|| {
+            std::thread::sleep(SIGNAL_FLUSH_LIMIT);
+            finish_pending_signal();
+        });
 }
 
 // ---- entry points -------------------------------------------------------------------------
