@@ -1,7 +1,7 @@
 #!/bin/bash
 # One device call: resource report (nvcc), correctness, benchmarks, compute-sanitizer.
 # Run from the repository root with the release cdylib at .dev-kernels/libfuseprof_kernels.so:
-#   bash kernels/bench/run_device.sh [check|bench|sanitize|all|sweep|profile]
+#   bash kernels/bench/run_device.sh [check|bench|sanitize|all|sweep|longsweep|profile]
 set -u
 STEP=${1:-all}
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
@@ -50,6 +50,25 @@ VPT=4 EW_STREAM=1 RPT=1 WO_THREADS=512
 EW_THREADS=512 RPT=4 WO_THREADS=128
 VPT=1 EW_STREAM=1 RPT=2 WO_THREADS=64
 
+SETS
+fi
+if [[ $STEP == longsweep ]]; then
+  # fmha_fwd_long's tuning constants (FUSEPROF_KERNELS_DEFINES): registers and spills from nvcc,
+  # the attention checks (fresh inputs, both dtypes) and the ViT / BERT times, each set in its
+  # own process. The empty set is the default.
+  { cat kernels/src/cu/common.cuh; echo "#line 1 \"fmha.cu\""; cat kernels/src/cu/fmha.cu; } > /tmp/k_fmha.cu
+  while read -r defs; do
+    echo "== [$defs]"
+    nvcc -arch=sm_90 -cubin -o /tmp/k.cubin -Xptxas -v -DFP_BF16=0 -DHEAD_DIM=64 $(for d in $defs; do echo -D$d; done) \
+      /tmp/k_fmha.cu 2>&1 | grep -A3 "entry function .fmha_fwd_long" | grep -E "registers|spill" | head -2
+    FUSEPROF_KERNELS_DEFINES="$defs" CHECK_ONLY=attention timeout 120 python3 kernels/bench/gpu_check.py --mode check 2>&1 \
+      | grep -E "^FAIL|CHECKS" | head -5
+    FUSEPROF_KERNELS_DEFINES="$defs" timeout 90 python3 kernels/bench/gpu_check.py --mode sweep 2>&1 | grep -E "SWEEP|Error|error" | tail -2
+  done <<'SETS'
+
+LONG_SUB=32
+LONG_SUB=32 LONG_MIN_BLOCKS=3
+LONG_MIN_BLOCKS=1
 SETS
 fi
 if [[ $STEP == profile ]]; then

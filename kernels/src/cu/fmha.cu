@@ -311,6 +311,12 @@ extern "C" __global__ void __launch_bounds__(NWARPS * 32) fmha_fwd_short(FMHA_PA
 #ifndef LONG_MIN_BLOCKS
 #define LONG_MIN_BLOCKS 2
 #endif
+// Tuning constant (FUSEPROF_KERNELS_DEFINES): keys per online-softmax step inside a 64-key
+// stage. 32 halves the score registers (head_dim 64 needs more than 255 at 64 and spills);
+// not measured yet, so 64 stays the default (the code of run 8).
+#ifndef LONG_SUB
+#define LONG_SUB 64
+#endif
 
 struct LongState {
     u32 qa[LMT][HEAD_DIM / 16][4];
@@ -332,17 +338,17 @@ struct RowAdd {
     int stride;       // mask row stride
 };
 
-// One 64-key block for the warp's first NT (1 or 2) m-tiles. n_jt: key tiles (of 8) holding a
-// key < N. ra: per-row additive terms (ra.bias == ra.mask == null: none); qrow0: the warp's first
+// One block of KB keys (from key0) for the warp's first NT (1 or 2) m-tiles. n_jt: key tiles
+// (of 8) holding a key < N. ra: per-row additive terms (ra.bias == ra.mask == null: none); qrow0: the warp's first
 // row of m-tile 0 (+ g).
-template <int NT, bool ROWADD>
+template <int NT, bool ROWADD, int KB>
 __device__ __forceinline__ void long_block(LongState& st, const u16 (*Ks)[SROW], const u16 (*Vs)[SROW],
-                                           const float* kadd, const RowAdd& ra, int qrow0, int N, int kb,
+                                           const float* kadd, const RowAdd& ra, int qrow0, int N, int key0,
                                            int n_jt, float scale_log2, int tq, int lane) {
     const int mat = lane >> 3;
-    float s[NT][BLOCK_N / 8][4];
+    float s[NT][KB / 8][4];
 #pragma unroll
-    for (int j = 0; j < BLOCK_N / 8; ++j) {
+    for (int j = 0; j < KB / 8; ++j) {
 #pragma unroll
         for (int mt = 0; mt < NT; ++mt) { s[mt][j][0] = 0.f; s[mt][j][1] = 0.f; s[mt][j][2] = 0.f; s[mt][j][3] = 0.f; }
         if (j < n_jt) {
@@ -362,7 +368,7 @@ __device__ __forceinline__ void long_block(LongState& st, const u16 (*Ks)[SROW],
 #pragma unroll
     for (int mt = 0; mt < NT; ++mt) { bm[mt][0] = NEG_INF; bm[mt][1] = NEG_INF; }
 #pragma unroll
-    for (int j = 0; j < BLOCK_N / 8; ++j) {
+    for (int j = 0; j < KB / 8; ++j) {
         if (j < n_jt) {
             const int cl = j * 8 + 2 * tq;
             const float2 ka = *reinterpret_cast<const float2*>(&kadd[cl]);
@@ -371,7 +377,7 @@ __device__ __forceinline__ void long_block(LongState& st, const u16 (*Ks)[SROW],
                 float x[4] = {s[mt][j][0] * scale_log2 + ka.x, s[mt][j][1] * scale_log2 + ka.y,
                               s[mt][j][2] * scale_log2 + ka.x, s[mt][j][3] * scale_log2 + ka.y};
                 if (ROWADD) {
-                    const int c = kb * BLOCK_N + cl;
+                    const int c = key0 + cl;
                     // keys past N are -inf already (ka); keep the reads inside the row
                     const int cc[2] = {ka.x == NEG_INF ? 0 : c, ka.y == NEG_INF ? 0 : c + 1};
 #pragma unroll
@@ -415,7 +421,7 @@ __device__ __forceinline__ void long_block(LongState& st, const u16 (*Ks)[SROW],
         }
     }
 #pragma unroll
-    for (int j = 0; j < BLOCK_N / 8; ++j) {
+    for (int j = 0; j < KB / 8; ++j) {
         if (j < n_jt) {
 #pragma unroll
             for (int mt = 0; mt < NT; ++mt) {
@@ -430,7 +436,7 @@ __device__ __forceinline__ void long_block(LongState& st, const u16 (*Ks)[SROW],
     }
     // O += P V, skipping 16-key steps whose P columns are all zero (past the valid tiles).
 #pragma unroll
-    for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
+    for (int kk = 0; kk < KB / 16; ++kk) {
         if (2 * kk < n_jt) {
             u32 pa[NT][4];
 #pragma unroll
@@ -457,16 +463,16 @@ __device__ __forceinline__ void long_block(LongState& st, const u16 (*Ks)[SROW],
 
 // ROWADD is a template argument: a branch on it inside the unrolled tile loops split them into
 // basic blocks the compiler did not schedule across (ViT 75 -> 94 us when it was a run-time test).
-template <int NT>
+template <int NT, int KB>
 __device__ __forceinline__ void long_block_dispatch(LongState& st, const u16 (*Ks)[SROW], const u16 (*Vs)[SROW],
-                                                    const float* kadd, const RowAdd& ra, int qrow0, int N, int kb,
+                                                    const float* kadd, const RowAdd& ra, int qrow0, int N, int key0,
                                                     int n_jt, float scale_log2, int tq, int lane) {
     if (ra.bias != nullptr || ra.mask != nullptr) {  // per-row bias / mask: rare shapes, one variant
-        long_block<NT, true>(st, Ks, Vs, kadd, ra, qrow0, N, kb, n_jt, scale_log2, tq, lane);
-    } else if (n_jt == BLOCK_N / 8) {  // a whole block: the tile tests fold away
-        long_block<NT, false>(st, Ks, Vs, kadd, ra, qrow0, N, kb, BLOCK_N / 8, scale_log2, tq, lane);
+        long_block<NT, true, KB>(st, Ks, Vs, kadd, ra, qrow0, N, key0, n_jt, scale_log2, tq, lane);
+    } else if (n_jt == KB / 8) {  // a whole block: the tile tests fold away
+        long_block<NT, false, KB>(st, Ks, Vs, kadd, ra, qrow0, N, key0, KB / 8, scale_log2, tq, lane);
     } else {
-        long_block<NT, false>(st, Ks, Vs, kadd, ra, qrow0, N, kb, n_jt, scale_log2, tq, lane);
+        long_block<NT, false, KB>(st, Ks, Vs, kadd, ra, qrow0, N, key0, n_jt, scale_log2, tq, lane);
     }
 }
 
@@ -552,12 +558,20 @@ extern "C" __global__ void __launch_bounds__(NWARPS * 32, LONG_MIN_BLOCKS) fmha_
                 st.l[mt][0] = 0.f; st.l[mt][1] = 0.f;
             }
         }
-        int n_jt = (N - kb * BLOCK_N + 7) >> 3;
-        n_jt = n_jt < BLOCK_N / 8 ? n_jt : BLOCK_N / 8;
-        if (nt == 2) {
-            long_block_dispatch<2>(st, Kb[stage], Vb[stage], kadd[stage], ra, q0 + wrow + g, N, kb, n_jt, scale_log2, tq, lane);
-        } else if (nt == 1) {
-            long_block_dispatch<1>(st, Kb[stage], Vb[stage], kadd[stage], ra, q0 + wrow + g, N, kb, n_jt, scale_log2, tq, lane);
+#pragma unroll
+        for (int sub = 0; sub < BLOCK_N / LONG_SUB; ++sub) {  // softmax steps of LONG_SUB keys
+            const int key0 = kb * BLOCK_N + sub * LONG_SUB;
+            int n_jt = (N - key0 + 7) >> 3;
+            if (n_jt <= 0) break;
+            n_jt = n_jt < LONG_SUB / 8 ? n_jt : LONG_SUB / 8;
+            const u16(*Ks)[SROW] = Kb[stage] + sub * LONG_SUB;
+            const u16(*Vs)[SROW] = Vb[stage] + sub * LONG_SUB;
+            const float* ka = kadd[stage] + sub * LONG_SUB;
+            if (nt == 2) {
+                long_block_dispatch<2, LONG_SUB>(st, Ks, Vs, ka, ra, q0 + wrow + g, N, key0, n_jt, scale_log2, tq, lane);
+            } else if (nt == 1) {
+                long_block_dispatch<1, LONG_SUB>(st, Ks, Vs, ka, ra, q0 + wrow + g, N, key0, n_jt, scale_log2, tq, lane);
+            }
         }
         const int next = kb + n_ring;
         if (next < n_kblocks) {  // refill this stage: only when N has more blocks than stages
