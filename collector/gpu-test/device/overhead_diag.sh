@@ -2,7 +2,7 @@
 # Where the collector's overhead comes from: the Swin-T loop under each tracing configuration,
 # at batch 1 (CPU-bound: time per step = host cost of one step) and at batch 64 (the loop the
 # overhead target is about). Each configuration runs in its own process; rounds are interleaved.
-# DIAG_SET=all (every diagnostic), main, final, final2, observer, cuda_only (untraced and CUDA-only), shapes, shapes2 or shapes3 (the configurations the README reports);
+# DIAG_SET=all (every diagnostic), main, final, final2, observer, cuda_only (untraced, CUDA-only and two of its suspects), shapes, shapes2 or shapes3 (the configurations the README reports);
 # ROUNDS_ALT>0 adds in-process comparisons (--window alternate).
 # Writes $OUT/diag.jsonl (one row per process, with per-step times) and $OUT/diag.log.
 # Needs .dev-collector/ (fuseprof, libfuseprof_tracer.so).
@@ -75,6 +75,10 @@ configs() { # batch steps
   cuda_only)
   one base $b $n "" X=1 -- python3
   one cuda $b $n "" X=1 -- $T --pytorch none -- python3
+  # two suspects for CUDA-only's cost on a loaded host: a gettid() per API record (the system
+  # thread ids that match NVTX's), and the driver-API records under every runtime call
+  one cuda_default_tid $b $n "" FUSEPROF_CUPTI_DEFAULT_TID=1 -- $T --pytorch none -- python3
+  one cuda_no_driver $b $n "" FUSEPROF_CUPTI_KINDS=kernel,memcpy,memset,runtime,sync,overhead -- $T --pytorch none -- python3
   ;;
   observer)
   one base $b $n "" X=1 -- python3
