@@ -196,3 +196,38 @@ fn sigterm_keeps_every_record_even_when_the_flush_needs_the_interrupted_thread()
     );
     assert!(counts.ranges >= 100, "{counts:?}");
 }
+
+/// A program that crashes (a real SIGSEGV, or abort) right after recording keeps every record it
+/// made, with a crash flush: the crashing thread waits (bounded) for the writer before the
+/// crash goes on. Without it the last records (the writer writes every 200 ms) were lost and the
+/// run said "ended without a final flush".
+#[test]
+fn a_crash_keeps_every_record_made_before_it() {
+    use std::os::unix::process::ExitStatusExt;
+
+    for (how, sig) in [("segv", libc::SIGSEGV), ("abort", libc::SIGABRT)] {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = dir.path().join("spool");
+        std::fs::create_dir(&spool).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_crash-after-ranges"))
+            .arg(how)
+            .env("NVTX_INJECTION64_PATH", tracer())
+            .env("FUSEPROF_SPOOL_DIR", &spool)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.signal(), Some(sig), "{how}: {out:?}");
+
+        let run = dir.path().join("run.sqlite");
+        let (counts, warnings) =
+            fuseprof_collector::collect::ingest_spool_dir_with_warnings(&spool, &run).unwrap();
+        assert!(
+            warnings.iter().any(|w| w.contains("crashed")),
+            "{how}: {warnings:?}"
+        );
+        assert!(
+            !warnings.iter().any(|w| w.contains("without a final flush")),
+            "{how}: {warnings:?}"
+        );
+        assert_eq!(counts.ranges, 50, "{how}: {counts:?}");
+    }
+}

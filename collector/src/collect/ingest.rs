@@ -96,6 +96,8 @@ struct Defs {
     cupti_dropped: u64,
     nvtx_dropped: u64,
     final_flush: bool,
+    /// The last flush was a crash signal's.
+    crashed: bool,
     /// The process wrote each record as it happened (a forked child): nothing to lose.
     write_through: bool,
     statuses: Vec<(u8, String)>,
@@ -169,6 +171,10 @@ fn collect_defs(data: &[u8]) -> Defs {
                     let reason = p.u8()?;
                     if reason == flush_reason::EXIT || reason == flush_reason::SIGNAL {
                         d.final_flush = true;
+                    }
+                    if reason == flush_reason::CRASH {
+                        d.final_flush = true;
+                        d.crashed = true;
                     }
                 }
                 _ => {}
@@ -325,6 +331,11 @@ fn ingest_one(data: &[u8], w: &mut Writer, report: &mut Report) -> Result<()> {
                 .warnings
                 .push(format!("process {pid} ({exe_name}): {m}"));
         }
+    }
+    if defs.crashed {
+        report.warnings.push(format!(
+            "process {pid} ({exe_name}) crashed; the run keeps what it recorded up to the crash"
+        ));
     }
     if !defs.final_flush && !defs.write_through {
         report.warnings.push(format!(

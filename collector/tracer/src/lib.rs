@@ -423,7 +423,43 @@ extern "C" fn after_fork_child() {
 static OLD_INT: AtomicPtr<libc::sigaction> = AtomicPtr::new(std::ptr::null_mut());
 static OLD_TERM: AtomicPtr<libc::sigaction> = AtomicPtr::new(std::ptr::null_mut());
 
+/// Crash signals: the program's previous actions, in CRASH_SIGNALS' order.
+const CRASH_SIGNALS: [libc::c_int; 5] = [
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGFPE,
+    libc::SIGILL,
+    libc::SIGABRT,
+];
+static OLD_CRASH: [AtomicPtr<libc::sigaction>; 5] = [
+    AtomicPtr::new(std::ptr::null_mut()),
+    AtomicPtr::new(std::ptr::null_mut()),
+    AtomicPtr::new(std::ptr::null_mut()),
+    AtomicPtr::new(std::ptr::null_mut()),
+    AtomicPtr::new(std::ptr::null_mut()),
+];
+static CRASHING: AtomicBool = AtomicBool::new(false);
+/// How long a crashing thread waits for the writer's flush before the crash goes on.
+const CRASH_FLUSH_LIMIT_MS: u64 = 2000;
+
 fn install_signal_handlers() {
+    for (i, &sig) in CRASH_SIGNALS.iter().enumerate() {
+        // SAFETY: sigaction with valid pointers; the old action is kept (leaked) for chaining.
+        unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, std::ptr::null(), &mut old) != 0 {
+                continue;
+            }
+            let mut new: libc::sigaction = std::mem::zeroed();
+            new.sa_sigaction = on_crash as *const () as usize;
+            // SA_ONSTACK: a stack overflow's SIGSEGV runs on the program's alternate stack, if
+            // it has one. SA_RESETHAND is not used: chaining needs the old action.
+            new.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+            libc::sigemptyset(&mut new.sa_mask);
+            OLD_CRASH[i].store(Box::into_raw(Box::new(old)), Ordering::Release);
+            libc::sigaction(sig, &new, std::ptr::null_mut());
+        }
+    }
     for (sig, slot) in [(libc::SIGINT, &OLD_INT), (libc::SIGTERM, &OLD_TERM)] {
         // SAFETY: sigaction with valid pointers; the old action is kept (leaked) for chaining.
         unsafe {
@@ -527,6 +563,66 @@ fn test_gate_wait() {
         && start.elapsed() < Duration::from_secs(5)
     {
         std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// A crash signal: the crashing thread cannot go on, so it waits here (bounded) while the writer
+/// thread writes everything gathered so far, then the program's previous action runs: its own
+/// handler, or the default one (put back, and the signal raised again; a fault re-executes the
+/// faulting instruction once this returns). If the flush blocks (the thread crashed inside
+/// CUDA holding CUPTI's locks), the host records and completed CUPTI buffers are on disk
+/// already (the writer drains them first) and the wait ends after CRASH_FLUSH_LIMIT_MS.
+extern "C" fn on_crash(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    if !CRASHING.swap(true, Ordering::AcqRel) {
+        if let Some(t) = tracer() {
+            if t.writer_started.load(Ordering::Acquire) {
+                let seq = t.ask_flush(spool::flush_reason::CRASH);
+                wake_writer();
+                let step = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 2_000_000,
+                };
+                let mut waited_ms = 0;
+                while t.flush_seq_done.load(Ordering::Acquire) < seq
+                    && waited_ms < CRASH_FLUSH_LIMIT_MS
+                {
+                    // SAFETY: nanosleep with a valid timespec (async-signal-safe).
+                    unsafe { libc::nanosleep(&step, std::ptr::null_mut()) };
+                    waited_ms += 2;
+                }
+            }
+        }
+    }
+    let Some(i) = CRASH_SIGNALS.iter().position(|&s| s == sig) else {
+        return;
+    };
+    // SAFETY: the slot holds the action that was installed before ours (never freed).
+    let Some(old) = (unsafe { OLD_CRASH[i].load(Ordering::Acquire).as_ref() }) else {
+        return;
+    };
+    let h = old.sa_sigaction;
+    if h == libc::SIG_DFL || h == libc::SIG_IGN {
+        // SAFETY: async-signal-safe calls with valid arguments. The raised signal is blocked
+        // while this handler runs and fires, with the default action, when it returns.
+        unsafe {
+            let mut dfl: libc::sigaction = std::mem::zeroed();
+            dfl.sa_sigaction = libc::SIG_DFL;
+            libc::sigemptyset(&mut dfl.sa_mask);
+            libc::sigaction(sig, &dfl, std::ptr::null_mut());
+            libc::raise(sig);
+        }
+        return;
+    }
+    // SAFETY: calling the program's own handler the way it was installed.
+    unsafe {
+        if old.sa_flags & libc::SA_SIGINFO != 0 {
+            let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+                std::mem::transmute(h);
+            f(sig, info, ctx);
+        } else {
+            let f: extern "C" fn(libc::c_int) = std::mem::transmute(h);
+            f(sig);
+        }
     }
 }
 

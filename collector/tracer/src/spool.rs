@@ -90,6 +90,8 @@ pub mod flush_reason {
     pub const SIGNAL: u8 = 1;
     pub const PROFILER_STOP: u8 = 2;
     pub const CAPTURE_END: u8 = 3;
+    /// A crash signal (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT): what was recorded up to it.
+    pub const CRASH: u8 = 4;
 }
 
 /// NVTX event attributes as spooled: category u32, color_argb u32 with has_color u8,
