@@ -79,6 +79,8 @@ configs() { # batch steps
   # thread ids that match NVTX's), and the driver-API records under every runtime call
   one cuda_default_tid $b $n "" FUSEPROF_CUPTI_DEFAULT_TID=1 -- $T --pytorch none -- python3
   one cuda_no_driver $b $n "" FUSEPROF_CUPTI_KINDS=kernel,memcpy,memset,runtime,sync,overhead -- $T --pytorch none -- python3
+  # and the PyTorch profiler's CUDA-only mode: CUPTI's cost as Kineto pays it, same rounds
+  one torchprof_cuda $b $n "--window torchprof_cuda" X=1 -- python3
   ;;
   observer)
   one base $b $n "" X=1 -- python3
