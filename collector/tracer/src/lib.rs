@@ -480,6 +480,31 @@ fn install_signal_handlers() {
     }
 }
 
+/// Calls the program's own handler the way it was installed.
+///
+/// # Safety
+/// `old.sa_sigaction` must be a handler function (not SIG_DFL or SIG_IGN) of the kind its
+/// `sa_flags` say; `info` and `ctx` are the ones this signal came with.
+unsafe fn call_previous(
+    old: &libc::sigaction,
+    sig: libc::c_int,
+    info: *mut libc::siginfo_t,
+    ctx: *mut libc::c_void,
+) {
+    let h = old.sa_sigaction;
+    // SAFETY: the caller's contract: h is a handler of the kind sa_flags says.
+    unsafe {
+        if old.sa_flags & libc::SA_SIGINFO != 0 {
+            let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+                std::mem::transmute(h);
+            f(sig, info, ctx);
+        } else {
+            let f: extern "C" fn(libc::c_int) = std::mem::transmute(h);
+            f(sig);
+        }
+    }
+}
+
 /// The signal whose default action (termination) waits for the writer thread's final flush.
 static PENDING_SIGNAL: AtomicI32 = AtomicI32::new(0);
 /// How long the writer may take over that flush before the signal's default action runs anyway.
@@ -534,17 +559,8 @@ extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
         }
         wake_writer();
     }
-    // SAFETY: calling the program's own handler the way it was installed.
-    unsafe {
-        if old.sa_flags & libc::SA_SIGINFO != 0 {
-            let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
-                std::mem::transmute(h);
-            f(sig, info, ctx);
-        } else {
-            let f: extern "C" fn(libc::c_int) = std::mem::transmute(h);
-            f(sig);
-        }
-    }
+    // SAFETY: `old` is the action that was installed before ours, a handler (not SIG_DFL/IGN).
+    unsafe { call_previous(old, sig, info, ctx) };
 }
 
 /// Test hook (`FUSEPROF_TEST_FLUSH_WAITS_FOR_PROGRAM=1`, read at start): a flush for a pending
@@ -613,17 +629,8 @@ extern "C" fn on_crash(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut l
         }
         return;
     }
-    // SAFETY: calling the program's own handler the way it was installed.
-    unsafe {
-        if old.sa_flags & libc::SA_SIGINFO != 0 {
-            let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
-                std::mem::transmute(h);
-            f(sig, info, ctx);
-        } else {
-            let f: extern "C" fn(libc::c_int) = std::mem::transmute(h);
-            f(sig);
-        }
-    }
+    // SAFETY: `old` is the action that was installed before ours, a handler (not SIG_DFL/IGN).
+    unsafe { call_previous(old, sig, info, ctx) };
 }
 
 /// Called by the writer thread after a flush: when a terminating signal waits for it, put the
