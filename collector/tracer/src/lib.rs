@@ -208,9 +208,6 @@ impl Tracer {
     /// Appends one encoded record to the pending buffer. Drops (and counts) it when the writer
     /// has fallen too far behind, so memory stays bounded.
     pub fn record(&'static self, f: impl FnOnce(&mut Enc)) {
-        if TEST_GATE.load(Ordering::Relaxed) && PENDING_SIGNAL.load(Ordering::Relaxed) != 0 {
-            PROGRAM_RAN_AFTER_SIGNAL.store(true, Ordering::Release);
-        }
         if self.write_through {
             // One write per record, no writer thread: a forked child (a DataLoader worker)
             // usually leaves through _exit, which runs no exit handler.
@@ -315,7 +312,7 @@ impl Tracer {
 
     /// A complete flush: CUPTI's buffers, then everything pending, then a FLUSHED marker.
     pub fn flush_all(&self, reason: u8) {
-        test_gate_wait();
+        self.test_gate_wait();
         cupti::flush_all();
         let dropped_cupti = self.cupti_dropped.load(Ordering::Relaxed);
         let dropped_nvtx = self.nvtx_dropped.load(Ordering::Relaxed);
@@ -420,79 +417,92 @@ extern "C" fn after_fork_child() {
 
 // ---- signals ------------------------------------------------------------------------------
 
-static OLD_INT: AtomicPtr<libc::sigaction> = AtomicPtr::new(std::ptr::null_mut());
-static OLD_TERM: AtomicPtr<libc::sigaction> = AtomicPtr::new(std::ptr::null_mut());
-
-/// Crash signals: the program's previous actions, in CRASH_SIGNALS' order.
-const CRASH_SIGNALS: [libc::c_int; 5] = [
+/// The signals the tracer handles: SIGINT and SIGTERM (ends asked for), then the crash signals.
+const SIGNALS: [libc::c_int; 7] = [
+    libc::SIGINT,
+    libc::SIGTERM,
     libc::SIGSEGV,
     libc::SIGBUS,
     libc::SIGFPE,
     libc::SIGILL,
     libc::SIGABRT,
 ];
-static OLD_CRASH: [AtomicPtr<libc::sigaction>; 5] = [
-    AtomicPtr::new(std::ptr::null_mut()),
-    AtomicPtr::new(std::ptr::null_mut()),
-    AtomicPtr::new(std::ptr::null_mut()),
-    AtomicPtr::new(std::ptr::null_mut()),
-    AtomicPtr::new(std::ptr::null_mut()),
-];
+/// The program's action for each of SIGNALS before ours (leaked, never freed), for chaining.
+static OLD_ACTIONS: [AtomicPtr<libc::sigaction>; 7] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; 7];
 static CRASHING: AtomicBool = AtomicBool::new(false);
 /// How long a crashing thread waits for the writer's flush before the crash goes on.
-const CRASH_FLUSH_LIMIT_MS: u64 = 2000;
+const CRASH_FLUSH_LIMIT: Duration = Duration::from_secs(2);
+/// The signal whose default action (termination) waits for the writer thread's final flush.
+static PENDING_SIGNAL: AtomicI32 = AtomicI32::new(0);
+/// How long the writer may take over that flush before the signal's default action runs anyway.
+const SIGNAL_FLUSH_LIMIT: Duration = Duration::from_secs(10);
 
 fn install_signal_handlers() {
-    for (i, &sig) in CRASH_SIGNALS.iter().enumerate() {
+    for (i, &sig) in SIGNALS.iter().enumerate() {
+        let crash = sig != libc::SIGINT && sig != libc::SIGTERM;
         // SAFETY: sigaction with valid pointers; the old action is kept (leaked) for chaining.
         unsafe {
             let mut old: libc::sigaction = std::mem::zeroed();
             if libc::sigaction(sig, std::ptr::null(), &mut old) != 0 {
                 continue;
             }
-            let mut new: libc::sigaction = std::mem::zeroed();
-            new.sa_sigaction = on_crash as *const () as usize;
-            // SA_ONSTACK: a stack overflow's SIGSEGV runs on the program's alternate stack, if
-            // it has one. SA_RESETHAND is not used: chaining needs the old action.
-            new.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
-            libc::sigemptyset(&mut new.sa_mask);
-            OLD_CRASH[i].store(Box::into_raw(Box::new(old)), Ordering::Release);
-            libc::sigaction(sig, &new, std::ptr::null_mut());
-        }
-    }
-    for (sig, slot) in [(libc::SIGINT, &OLD_INT), (libc::SIGTERM, &OLD_TERM)] {
-        // SAFETY: sigaction with valid pointers; the old action is kept (leaked) for chaining.
-        unsafe {
-            let mut old: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(sig, std::ptr::null(), &mut old) != 0 {
-                continue;
-            }
-            if old.sa_sigaction == libc::SIG_IGN {
+            if !crash && old.sa_sigaction == libc::SIG_IGN {
                 continue; // the program ignores it: so do we
             }
             let mut new: libc::sigaction = std::mem::zeroed();
-            new.sa_sigaction = on_signal as *const () as usize;
-            new.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+            new.sa_sigaction = if crash {
+                on_crash as *const () as usize
+            } else {
+                on_signal as *const () as usize
+            };
+            // SA_ONSTACK: a stack overflow's SIGSEGV runs on the program's alternate stack, if
+            // it has one. SA_RESETHAND is not used: chaining needs the old action.
+            new.sa_flags = libc::SA_SIGINFO
+                | if crash {
+                    libc::SA_ONSTACK
+                } else {
+                    libc::SA_RESTART
+                };
             libc::sigemptyset(&mut new.sa_mask);
-            slot.store(Box::into_raw(Box::new(old)), Ordering::Release);
+            OLD_ACTIONS[i].store(Box::into_raw(Box::new(old)), Ordering::Release);
             libc::sigaction(sig, &new, std::ptr::null_mut());
         }
     }
 }
 
-/// Calls the program's own handler the way it was installed.
-///
-/// # Safety
-/// `old.sa_sigaction` must be a handler function (not SIG_DFL or SIG_IGN) of the kind its
-/// `sa_flags` say; `info` and `ctx` are the ones this signal came with.
-unsafe fn call_previous(
-    old: &libc::sigaction,
-    sig: libc::c_int,
-    info: *mut libc::siginfo_t,
-    ctx: *mut libc::c_void,
-) {
+/// The program's action for `sig` before ours.
+fn old_action(sig: libc::c_int) -> Option<&'static libc::sigaction> {
+    let i = SIGNALS.iter().position(|&s| s == sig)?;
+    // SAFETY: the slot holds a leaked Box (or null), never freed.
+    unsafe { OLD_ACTIONS[i].load(Ordering::Acquire).as_ref() }
+}
+
+/// Puts `sig`'s default action back. Async-signal-safe.
+fn restore_default(sig: libc::c_int) {
+    // SAFETY: a zeroed sigaction with SIG_DFL and an empty mask is valid.
+    unsafe {
+        let mut dfl: libc::sigaction = std::mem::zeroed();
+        dfl.sa_sigaction = libc::SIG_DFL;
+        libc::sigemptyset(&mut dfl.sa_mask);
+        libc::sigaction(sig, &dfl, std::ptr::null_mut());
+    }
+}
+
+/// Runs the program's previous action for `sig`: its own handler, or the default one (put
+/// back, and the signal raised again: it is blocked while our handler runs and fires when it
+/// returns).
+fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    let Some(old) = old_action(sig) else { return };
     let h = old.sa_sigaction;
-    // SAFETY: the caller's contract: h is a handler of the kind sa_flags says.
+    if h == libc::SIG_DFL || h == libc::SIG_IGN {
+        restore_default(sig);
+        // SAFETY: raise is async-signal-safe.
+        unsafe { libc::raise(sig) };
+        return;
+    }
+    // SAFETY: calling the program's own handler the way it was installed (h is a function of
+    // the kind its sa_flags say), with this signal's info and context.
     unsafe {
         if old.sa_flags & libc::SA_SIGINFO != 0 {
             let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
@@ -505,10 +515,10 @@ unsafe fn call_previous(
     }
 }
 
-/// The signal whose default action (termination) waits for the writer thread's final flush.
-static PENDING_SIGNAL: AtomicI32 = AtomicI32::new(0);
-/// How long the writer may take over that flush before the signal's default action runs anyway.
-const SIGNAL_FLUSH_LIMIT: Duration = Duration::from_secs(10);
+/// The tracer, when its writer thread runs (nothing to flush otherwise).
+fn tracer_with_writer() -> Option<&'static Tracer> {
+    tracer().filter(|t| t.writer_started.load(Ordering::Acquire))
+}
 
 /// SIGINT / SIGTERM. The flush must not run inside the handler: the signal usually interrupts a
 /// thread inside a CUDA call, holding locks that CUPTI's flush needs, so a flush waited for here
@@ -519,118 +529,58 @@ const SIGNAL_FLUSH_LIMIT: Duration = Duration::from_secs(10);
 ///   thread leaves CUDA; the writer flushes, puts the default action back and raises the signal
 ///   again (`finish_pending_signal`). A second signal while that runs terminates at once.
 extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    let slot = if sig == libc::SIGINT {
-        &OLD_INT
-    } else {
-        &OLD_TERM
-    };
-    // SAFETY: the slot holds the action that was installed before ours (never freed).
-    let Some(old) = (unsafe { slot.load(Ordering::Acquire).as_ref() }) else {
-        return;
-    };
-    let h = old.sa_sigaction;
-    if h == libc::SIG_IGN {
-        return;
-    }
-    let writer = tracer().is_some_and(|t| t.writer_started.load(Ordering::Acquire));
-    if h == libc::SIG_DFL {
-        if writer
-            && PENDING_SIGNAL
-                .compare_exchange(0, sig, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-        {
-            if let Some(t) = tracer() {
-                t.ask_flush(spool::flush_reason::SIGNAL);
-            }
-            wake_writer();
-            return;
-        }
-        // No writer (nothing recorded yet), or a second signal: the default action now.
-        // SAFETY: async-signal-safe calls with valid arguments.
-        unsafe {
-            libc::sigaction(sig, old, std::ptr::null_mut());
-            libc::raise(sig);
-        }
-        return;
-    }
-    if writer {
-        if let Some(t) = tracer() {
-            t.ask_flush(spool::flush_reason::SIGNAL);
-        }
-        wake_writer();
-    }
-    // SAFETY: `old` is the action that was installed before ours, a handler (not SIG_DFL/IGN).
-    unsafe { call_previous(old, sig, info, ctx) };
-}
-
-/// Test hook (`FUSEPROF_TEST_FLUSH_WAITS_FOR_PROGRAM=1`, read at start): a flush for a pending
-/// signal waits, up to 5 s, until a program thread has recorded something after the signal. This
-/// is how CUPTI's flush behaves when the signal interrupted a thread inside CUDA (it needs that
-/// thread's locks), which a test without a GPU cannot otherwise reproduce.
-static TEST_GATE: AtomicBool = AtomicBool::new(false);
-static PROGRAM_RAN_AFTER_SIGNAL: AtomicBool = AtomicBool::new(false);
-
-fn test_gate_wait() {
-    if !TEST_GATE.load(Ordering::Relaxed) || PENDING_SIGNAL.load(Ordering::Acquire) == 0 {
-        return;
-    }
-    let start = std::time::Instant::now();
-    while !PROGRAM_RAN_AFTER_SIGNAL.load(Ordering::Acquire)
-        && start.elapsed() < Duration::from_secs(5)
+    let Some(old) = old_action(sig) else { return };
+    let t = tracer_with_writer();
+    if old.sa_sigaction == libc::SIG_DFL
+        && t.is_some()
+        && PENDING_SIGNAL
+            .compare_exchange(0, sig, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
     {
-        std::thread::sleep(Duration::from_millis(1));
+        chain(sig, info, ctx); // a second signal: the default action now
+        return;
     }
+    if let Some(t) = t {
+        t.ask_flush(spool::flush_reason::SIGNAL);
+        wake_writer();
+        if old.sa_sigaction == libc::SIG_DFL {
+            return; // the writer ends the process after its flush
+        }
+    }
+    chain(sig, info, ctx);
 }
 
 /// A crash signal: the crashing thread cannot go on, so it waits here (bounded) while the writer
-/// thread writes everything gathered so far, then the program's previous action runs: its own
-/// handler, or the default one (put back, and the signal raised again; a fault re-executes the
-/// faulting instruction once this returns). If the flush blocks (the thread crashed inside
-/// CUDA holding CUPTI's locks), the host records and completed CUPTI buffers are on disk
-/// already (the writer drains them first) and the wait ends after CRASH_FLUSH_LIMIT_MS.
+/// thread writes everything gathered so far, then the program's previous action runs (a fault
+/// re-executes the faulting instruction once this returns, now with the default action). If the
+/// flush blocks (the thread crashed inside CUDA holding CUPTI's locks), the host records and
+/// completed CUPTI buffers are on disk already (the writer drains them first) and the wait ends
+/// after CRASH_FLUSH_LIMIT.
 extern "C" fn on_crash(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     if !CRASHING.swap(true, Ordering::AcqRel) {
-        if let Some(t) = tracer() {
-            if t.writer_started.load(Ordering::Acquire) {
-                let seq = t.ask_flush(spool::flush_reason::CRASH);
-                wake_writer();
-                let step = libc::timespec {
-                    tv_sec: 0,
-                    tv_nsec: 2_000_000,
-                };
-                let mut waited_ms = 0;
-                while t.flush_seq_done.load(Ordering::Acquire) < seq
-                    && waited_ms < CRASH_FLUSH_LIMIT_MS
-                {
-                    // SAFETY: nanosleep with a valid timespec (async-signal-safe).
-                    unsafe { libc::nanosleep(&step, std::ptr::null_mut()) };
-                    waited_ms += 2;
-                }
-            }
-        }
+        request_flush_and_wait(spool::flush_reason::CRASH, CRASH_FLUSH_LIMIT);
     }
-    let Some(i) = CRASH_SIGNALS.iter().position(|&s| s == sig) else {
+    chain(sig, info, ctx);
+}
+
+/// Asks the writer thread for a complete flush and waits for it up to `timeout`.
+/// Async-signal-safe: atomics, sem_post and nanosleep only.
+fn request_flush_and_wait(reason: u8, timeout: Duration) {
+    let Some(t) = tracer_with_writer() else {
         return;
     };
-    // SAFETY: the slot holds the action that was installed before ours (never freed).
-    let Some(old) = (unsafe { OLD_CRASH[i].load(Ordering::Acquire).as_ref() }) else {
-        return;
+    let seq = t.ask_flush(reason);
+    wake_writer();
+    let step = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 2_000_000,
     };
-    let h = old.sa_sigaction;
-    if h == libc::SIG_DFL || h == libc::SIG_IGN {
-        // SAFETY: async-signal-safe calls with valid arguments. The raised signal is blocked
-        // while this handler runs and fires, with the default action, when it returns.
-        unsafe {
-            let mut dfl: libc::sigaction = std::mem::zeroed();
-            dfl.sa_sigaction = libc::SIG_DFL;
-            libc::sigemptyset(&mut dfl.sa_mask);
-            libc::sigaction(sig, &dfl, std::ptr::null_mut());
-            libc::raise(sig);
-        }
-        return;
+    let mut waited = Duration::ZERO;
+    while t.flush_seq_done.load(Ordering::Acquire) < seq && waited < timeout {
+        // SAFETY: nanosleep with a valid timespec.
+        unsafe { libc::nanosleep(&step, std::ptr::null_mut()) };
+        waited += Duration::from_millis(2);
     }
-    // SAFETY: `old` is the action that was installed before ours, a handler (not SIG_DFL/IGN).
-    unsafe { call_previous(old, sig, info, ctx) };
 }
 
 /// Called by the writer thread after a flush: when a terminating signal waits for it, put the
@@ -641,14 +591,9 @@ fn finish_pending_signal() {
     if sig == 0 {
         return;
     }
-    // SAFETY: restoring the default action and sending the signal to this process.
-    unsafe {
-        let mut dfl: libc::sigaction = std::mem::zeroed();
-        dfl.sa_sigaction = libc::SIG_DFL;
-        libc::sigemptyset(&mut dfl.sa_mask);
-        libc::sigaction(sig, &dfl, std::ptr::null_mut());
-        libc::kill(libc::getpid(), sig);
-    }
+    restore_default(sig);
+    // SAFETY: sends the signal to this process.
+    unsafe { libc::kill(libc::getpid(), sig) };
 }
 
 /// Started by the writer before the flush a terminating signal waits for: if that flush blocks
@@ -660,6 +605,26 @@ fn arm_signal_watchdog() {
             std::thread::sleep(SIGNAL_FLUSH_LIMIT);
             finish_pending_signal();
         });
+}
+
+/// Test hook (`FUSEPROF_TEST_FLUSH_WAITS_FOR_PROGRAM=1`, read at start): a flush for a pending
+/// signal waits, up to 5 s, until a program thread has recorded something after the writer's
+/// drain. This is how CUPTI's flush behaves when the signal interrupted a thread inside CUDA (it
+/// needs that thread's locks), which a test without a GPU cannot otherwise reproduce.
+static TEST_GATE: AtomicBool = AtomicBool::new(false);
+
+impl Tracer {
+    fn test_gate_wait(&self) {
+        if !TEST_GATE.load(Ordering::Relaxed) || PENDING_SIGNAL.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let start = std::time::Instant::now();
+        while self.pending.lock().map(|p| p.is_empty()).unwrap_or(false)
+            && start.elapsed() < Duration::from_secs(5)
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
 }
 
 // ---- entry points -------------------------------------------------------------------------
