@@ -96,18 +96,27 @@ struct WarpState {
     float m0, m1, l0, l1;
 };
 
-__device__ __forceinline__ void load_q_frags(WarpState& st, const u16 (*Qs)[SROW], int wrow, int g, int tq) {
+// A-operand fragments (q k^T) of the 16 rows srow.. of Qs.
+__device__ __forceinline__ void load_a_frags(u32 (*qa)[4], const u16 (*Qs)[SROW], int srow, int g, int tq) {
 #pragma unroll
     for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
-        st.qa[kk][0] = *reinterpret_cast<const u32*>(&Qs[wrow + g][kk * 16 + 2 * tq]);
-        st.qa[kk][1] = *reinterpret_cast<const u32*>(&Qs[wrow + g + 8][kk * 16 + 2 * tq]);
-        st.qa[kk][2] = *reinterpret_cast<const u32*>(&Qs[wrow + g][kk * 16 + 2 * tq + 8]);
-        st.qa[kk][3] = *reinterpret_cast<const u32*>(&Qs[wrow + g + 8][kk * 16 + 2 * tq + 8]);
+        qa[kk][0] = *reinterpret_cast<const u32*>(&Qs[srow + g][kk * 16 + 2 * tq]);
+        qa[kk][1] = *reinterpret_cast<const u32*>(&Qs[srow + g + 8][kk * 16 + 2 * tq]);
+        qa[kk][2] = *reinterpret_cast<const u32*>(&Qs[srow + g][kk * 16 + 2 * tq + 8]);
+        qa[kk][3] = *reinterpret_cast<const u32*>(&Qs[srow + g + 8][kk * 16 + 2 * tq + 8]);
     }
+}
+
+__device__ __forceinline__ void zero_acc(float (*o)[4]) {
 #pragma unroll
     for (int j = 0; j < HEAD_DIM / 8; ++j) {
-        st.o[j][0] = 0.f; st.o[j][1] = 0.f; st.o[j][2] = 0.f; st.o[j][3] = 0.f;
+        o[j][0] = 0.f; o[j][1] = 0.f; o[j][2] = 0.f; o[j][3] = 0.f;
     }
+}
+
+__device__ __forceinline__ void load_q_frags(WarpState& st, const u16 (*Qs)[SROW], int wrow, int g, int tq) {
+    load_a_frags(st.qa, Qs, wrow, g, tq);
+    zero_acc(st.o);
     st.m0 = NEG_INF; st.m1 = NEG_INF;
     st.l0 = 0.f; st.l1 = 0.f;
 }
@@ -204,11 +213,12 @@ __device__ __forceinline__ void attend_block(WarpState& st, const u16 (*Ks)[SROW
     }
 }
 
-// Normalise and store this warp's 16 rows: staged in its own (consumed) Q rows, then 16-byte
-// stores to out[t, h*D : (h+1)*D].
-__device__ __forceinline__ void store_rows(WarpState& st, u16 (*Qs)[SROW], u16* __restrict__ out, int b,
-                                           int h, int N, int H, int q0, int wrow, int g, int tq, int lane) {
-    float l0 = st.l0, l1 = st.l1;
+// Normalise and store one 16-row tile: staged in its own (consumed) Q rows srow.., then 16-byte
+// stores to out[t, h*D : (h+1)*D] for its rows row0.. that are < N. o, l0, l1: the tile's
+// accumulators and (per-thread partial) softmax sums of rows g and g + 8.
+__device__ __forceinline__ void store_tile(const float (*o)[4], float l0, float l1, u16 (*Qs)[SROW], int srow,
+                                           u16* __restrict__ out, int b, int h, int N, int H, int row0, int g,
+                                           int tq, int lane) {
     l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
     l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
     l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
@@ -218,20 +228,26 @@ __device__ __forceinline__ void store_rows(WarpState& st, u16 (*Qs)[SROW], u16* 
     __syncwarp();
 #pragma unroll
     for (int j = 0; j < HEAD_DIM / 8; ++j) {
-        *reinterpret_cast<u32*>(&Qs[wrow + g][j * 8 + 2 * tq]) = pack2(st.o[j][0] * inv0, st.o[j][1] * inv0);
-        *reinterpret_cast<u32*>(&Qs[wrow + g + 8][j * 8 + 2 * tq]) = pack2(st.o[j][2] * inv1, st.o[j][3] * inv1);
+        *reinterpret_cast<u32*>(&Qs[srow + g][j * 8 + 2 * tq]) = pack2(o[j][0] * inv0, o[j][1] * inv0);
+        *reinterpret_cast<u32*>(&Qs[srow + g + 8][j * 8 + 2 * tq]) = pack2(o[j][2] * inv1, o[j][3] * inv1);
     }
     __syncwarp();
 #pragma unroll
     for (int i = lane; i < 16 * DCH; i += 32) {
         const int r = i / DCH;
         const int c = i - r * DCH;
-        const int row = q0 + wrow + r;
+        const int row = row0 + r;
         if (row < N) {
             const i64 t = (i64)b * N + row;
-            stg16(out + (t * H + h) * HEAD_DIM + c * 8, *reinterpret_cast<const uint4*>(&Qs[wrow + r][c * 8]));
+            stg16(out + (t * H + h) * HEAD_DIM + c * 8, *reinterpret_cast<const uint4*>(&Qs[srow + r][c * 8]));
         }
     }
+}
+
+// This warp's 16 rows (staged at wrow, query rows q0 + wrow..).
+__device__ __forceinline__ void store_rows(WarpState& st, u16 (*Qs)[SROW], u16* __restrict__ out, int b,
+                                           int h, int N, int H, int q0, int wrow, int g, int tq, int lane) {
+    store_tile(st.o, st.l0, st.l1, Qs, wrow, out, b, h, N, H, q0 + wrow, g, tq, lane);
 }
 
 #define FMHA_PARAMS                                                                                   \
@@ -542,18 +558,8 @@ extern "C" __global__ void __launch_bounds__(NWARPS * 32, LONG_MIN_BLOCKS) fmha_
         if (kb == 0 && nt > 0) {
 #pragma unroll
             for (int mt = 0; mt < LMT; ++mt) {
-                const int r0 = mt * 64 + wrow + g;
-#pragma unroll
-                for (int kk = 0; kk < HEAD_DIM / 16; ++kk) {
-                    st.qa[mt][kk][0] = *reinterpret_cast<const u32*>(&Qs[r0][kk * 16 + 2 * tq]);
-                    st.qa[mt][kk][1] = *reinterpret_cast<const u32*>(&Qs[r0 + 8][kk * 16 + 2 * tq]);
-                    st.qa[mt][kk][2] = *reinterpret_cast<const u32*>(&Qs[r0][kk * 16 + 2 * tq + 8]);
-                    st.qa[mt][kk][3] = *reinterpret_cast<const u32*>(&Qs[r0 + 8][kk * 16 + 2 * tq + 8]);
-                }
-#pragma unroll
-                for (int j = 0; j < HEAD_DIM / 8; ++j) {
-                    st.o[mt][j][0] = 0.f; st.o[mt][j][1] = 0.f; st.o[mt][j][2] = 0.f; st.o[mt][j][3] = 0.f;
-                }
+                load_a_frags(st.qa[mt], Qs, mt * 64 + wrow, g, tq);
+                zero_acc(st.o[mt]);
                 st.m[mt][0] = NEG_INF; st.m[mt][1] = NEG_INF;
                 st.l[mt][0] = 0.f; st.l[mt][1] = 0.f;
             }
@@ -587,31 +593,8 @@ extern "C" __global__ void __launch_bounds__(NWARPS * 32, LONG_MIN_BLOCKS) fmha_
 #pragma unroll
     for (int mt = 0; mt < LMT; ++mt) {
         if (mt >= nt) break;
-        float l0 = st.l[mt][0], l1 = st.l[mt][1];
-        l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-        l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-        l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-        l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-        const float inv0 = 1.f / l0;
-        const float inv1 = 1.f / l1;
-        const int r0 = mt * 64 + wrow + g;
-#pragma unroll
-        for (int j = 0; j < HEAD_DIM / 8; ++j) {
-            *reinterpret_cast<u32*>(&Qs[r0][j * 8 + 2 * tq]) = pack2(st.o[mt][j][0] * inv0, st.o[mt][j][1] * inv0);
-            *reinterpret_cast<u32*>(&Qs[r0 + 8][j * 8 + 2 * tq]) = pack2(st.o[mt][j][2] * inv1, st.o[mt][j][3] * inv1);
-        }
-        __syncwarp();
-#pragma unroll
-        for (int i = lane; i < 16 * DCH; i += 32) {
-            const int r = i / DCH;
-            const int c = i - r * DCH;
-            const int row = q0 + mt * 64 + wrow + r;
-            if (row < N) {
-                const i64 t = (i64)b * N + row;
-                stg16(out + (t * H + h) * HEAD_DIM + c * 8,
-                      *reinterpret_cast<const uint4*>(&Qs[mt * 64 + wrow + r][c * 8]));
-            }
-        }
+        store_tile(st.o[mt], st.l[mt][0], st.l[mt][1], Qs, mt * 64 + wrow, out, b, h, N, H, q0 + mt * 64 + wrow, g,
+                   tq, lane);
     }
 }
 
