@@ -432,7 +432,6 @@ def sweep():
     mask = torch.zeros(64, N, N, device=DEV).to(h)
     add = fk.attention_add(H, N, bias=bias, window_mask=mask)
     put("window_fmha_s1", bench_ms(lambda: fk.attention(qkv, H, N, add=add)), 4 * nw * N * C * 2)
-    res["long_ring"] = os.environ.get("FUSEPROF_LONG_RING", "")
     for name, B, N, use_kpm in (("vit", 64, 197, False), ("bert_kpm", 64, 128, True), ("bert", 64, 128, False)):
         qkv = torch.randn(B * N, 3 * 768, device=DEV, dtype=h)
         lens = torch.randint(1, N + 1, (B,), device=DEV)

@@ -69,6 +69,7 @@ if [[ $STEP == longsweep ]]; then
 LONG_SUB=32
 LONG_SUB=32 LONG_MIN_BLOCKS=3
 LONG_MIN_BLOCKS=1
+LONG_RING=4
 SETS
 fi
 if [[ $STEP == profile ]]; then

@@ -8,7 +8,7 @@
 
 use crate::dtype::DType;
 use crate::error::{invalid, Result};
-use crate::runtime::{Args, DevPtr, Gpu, LaunchConfig, RawStream, Source};
+use crate::runtime::{tuning_value, Args, DevPtr, Gpu, LaunchConfig, RawStream, Source};
 
 /// Head dimensions the kernel is built for.
 pub const SUPPORTED_HEAD_DIMS: [u32; 2] = [32, 64];
@@ -19,20 +19,11 @@ pub const BLOCK_M: usize = 64;
 pub const LONG_BLOCK_M: usize = 128;
 /// Keys per block of `fmha_fwd_long`.
 const LONG_BLOCK_N: usize = 64;
-/// Stages of `fmha_fwd_long`'s shared-memory ring of key blocks: 2 (the double buffer) unless
-/// `FUSEPROF_LONG_RING` (2..=4) says otherwise. Two measured fastest on the H100 (kernels/NOTES.md,
-/// round 4); the variable is for re-measuring.
-pub const LONG_RING_DEFAULT: usize = 2;
-
+/// Stages of `fmha_fwd_long`'s shared-memory ring of key blocks: the kernel's `LONG_RING` tuning
+/// constant (2, the double buffer, unless `FUSEPROF_KERNELS_DEFINES` sets it), read the same way
+/// so that the shared memory fits the kernel.
 fn long_ring() -> usize {
-    static RING: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *RING.get_or_init(|| {
-        std::env::var("FUSEPROF_LONG_RING")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .filter(|r| (2..=4).contains(r))
-            .unwrap_or(LONG_RING_DEFAULT)
-    })
+    tuning_value("LONG_RING", 2).max(1) as usize
 }
 const THREADS: u32 = 128;
 
@@ -340,13 +331,9 @@ pub unsafe fn launch_attention(
         .i32(row_stride as i32)
         .f32(p.scale * std::f32::consts::LOG2_E)
         .i32(p.n_qblocks() as i32);
-    let args = if p.kernel_name() == "fmha_fwd_long" {
-        args.i32(long_ring() as i32)
-    } else {
-        args
-    };
-    // SAFETY: the argument list matches FMHA_PARAMS of both kernels (plus fmha_fwd_long's ring
-    // size, which sized its shared memory in launch_config); pointer extents are the
+    // SAFETY: the argument list matches FMHA_PARAMS of the short and long kernels (the long
+    // one's shared memory was sized in launch_config from the ring it compiled with); pointer
+    // extents are the
     // caller's contract (documented above) and the grid covers exactly batch x heads x query
     // blocks (one query block per (batch, head) for the short kernel).
     unsafe {

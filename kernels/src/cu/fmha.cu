@@ -313,15 +313,15 @@ extern "C" __global__ void __launch_bounds__(NWARPS * 32) fmha_fwd_short(FMHA_PA
 //
 // Warp w owns query rows q0 + w*16 + {0, 64} .. +15 (two m16 tiles), so every K / V fragment it
 // loads (ldmatrix) feeds two mma, and the two tiles' softmax chains interleave. Keys in blocks of
-// 64 with an online softmax, loaded by cp.async into a ring of n_ring (2..4, a launch argument)
-// stages: up to n_ring blocks are in flight from the start, each waited for by its own commit
+// 64 with an online softmax, loaded by cp.async into a ring of LONG_RING stages (a tuning
+// constant): up to LONG_RING blocks are in flight from the start, each waited for by its own commit
 // group, and a stage is refilled (behind a barrier) only when N has more blocks than stages. A
 // two-stage ring is the double buffer; four stages hold all of N <= 256 with one barrier per
 // block and none behind it, but measured slower on ViT (kernels/NOTES.md, round 4). In the last block only the key tiles holding a key < N
 // are computed. The per-key additive term (key-padding mask times log2 e, -inf past N) sits in a
 // 64-float shared row per block, so no per-element key test remains; per-row bias / window
 // masks (rowadd) are read from global memory.
-// Dynamic shared memory: Q [128][SROW], K [n_ring][64][SROW], V [n_ring][64][SROW], kadd [n_ring][64] fp32.
+// Dynamic shared memory: Q [128][SROW], K [LONG_RING][64][SROW], V [LONG_RING][64][SROW], kadd [LONG_RING][64] fp32.
 #define LMT 2
 #define LBM (NWARPS * 16 * LMT)
 #ifndef LONG_MIN_BLOCKS
@@ -332,6 +332,14 @@ extern "C" __global__ void __launch_bounds__(NWARPS * 32) fmha_fwd_short(FMHA_PA
 // not measured yet, so 64 stays the default (the code of run 8).
 #ifndef LONG_SUB
 #define LONG_SUB 64
+#endif
+// Tuning constant: stages of the key-block ring (the launcher sizes shared memory from the same
+// value). 2 is the double buffer; 3 and 4 measured no faster on ViT / BERT (run 7 and 8).
+#ifndef LONG_RING
+#define LONG_RING 2
+#endif
+#if LONG_RING < 1
+#error "LONG_RING must be at least 1"
 #endif
 
 struct LongState {
@@ -492,7 +500,8 @@ __device__ __forceinline__ void long_block_dispatch(LongState& st, const u16 (*K
     }
 }
 
-// cp.async.wait_group takes an immediate: wait until at most n (0 .. 3) groups are pending.
+// cp.async.wait_group takes an immediate: wait until at most n groups are pending (more than 3
+// allowed waits for 3: stricter, still correct).
 __device__ __forceinline__ void cp_async_wait_n(int n) {
     switch (n) {
         case 0: cp_async_wait<0>(); break;
@@ -502,7 +511,8 @@ __device__ __forceinline__ void cp_async_wait_n(int n) {
     }
 }
 
-extern "C" __global__ void __launch_bounds__(NWARPS * 32, LONG_MIN_BLOCKS) fmha_fwd_long(FMHA_PARAMS, int n_ring) {
+extern "C" __global__ void __launch_bounds__(NWARPS * 32, LONG_MIN_BLOCKS) fmha_fwd_long(FMHA_PARAMS) {
+    constexpr int n_ring = LONG_RING;
     extern __shared__ __align__(16) u16 lsmem[];
     u16(*Qs)[SROW] = reinterpret_cast<u16(*)[SROW]>(lsmem);
     u16(*Kb)[BLOCK_N][SROW] = reinterpret_cast<u16(*)[BLOCK_N][SROW]>(lsmem + LBM * SROW);
