@@ -30,6 +30,13 @@ CHECKS = []
 
 
 # ----------------------------------------------------------------------------- helpers
+def key_padding_mask(B, N, dtype, min_len=1):
+    """An additive key-padding mask [B, N] as BERT makes it: 0 for the first len keys of each
+    sequence (len drawn from [min_len, N]), -10000 after."""
+    lens = torch.randint(min_len, N + 1, (B,), device=DEV)
+    return torch.where(torch.arange(N, device=DEV)[None] < lens[:, None], 0.0, -10000.0).to(dtype)
+
+
 def rel_err(out, ref):
     out = out.double()
     ref = ref.double()
@@ -141,8 +148,7 @@ def check_attention(dtype, small):
                 wmask = torch.zeros(nW, N, N, device=DEV).masked_fill(torch.rand(nW, N, N, device=DEV) > 0.7,
                                                                          -100.0).to(dtype)
             elif mk == "kpm":
-                lens = torch.randint(1, N + 1, (B,), device=DEV)
-                kpm = torch.where(torch.arange(N, device=DEV)[None] < lens[:, None], 0.0, -10000.0).to(dtype)
+                kpm = key_padding_mask(B, N, dtype)
             out = poisoned(B * N, H * d, dtype=dtype)
             fk.attention(qkv, H, N, bias=bias, window_mask=wmask, key_padding_mask=kpm, out=out)
             torch.cuda.synchronize()
@@ -434,8 +440,7 @@ def sweep():
     put("window_fmha_s1", bench_ms(lambda: fk.attention(qkv, H, N, add=add)), 4 * nw * N * C * 2)
     for name, B, N, use_kpm in (("vit", 64, 197, False), ("bert_kpm", 64, 128, True), ("bert", 64, 128, False)):
         qkv = torch.randn(B * N, 3 * 768, device=DEV, dtype=h)
-        lens = torch.randint(1, N + 1, (B,), device=DEV)
-        kpm = torch.where(torch.arange(N, device=DEV)[None] < lens[:, None], 0.0, -10000.0).to(h) if use_kpm else None
+        kpm = key_padding_mask(B, N, h) if use_kpm else None
         res[name + "_fmha_us"] = round(bench_ms(lambda: fk.attention(qkv, 12, N, key_padding_mask=kpm)) * 1e3, 2)
     print("SWEEP " + json.dumps(res), flush=True)
 
@@ -511,8 +516,7 @@ def bench_all():
         kpm = None
         m4 = None
         if use_kpm:
-            lens = torch.randint(N // 2, N + 1, (B,), device=DEV)
-            kpm = torch.where(torch.arange(N, device=DEV)[None] < lens[:, None], 0.0, -10000.0).to(h)
+            kpm = key_padding_mask(B, N, h, min_len=N // 2)
             m4 = kpm.view(B, 1, 1, N)
         ours = bench_ms(lambda: fk.attention(qkv, H, N, key_padding_mask=kpm))
 

@@ -13,6 +13,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import fuseprof_kernels as fk  # noqa: E402
+from gpu_check import key_padding_mask  # noqa: E402  (this folder is on sys.path as the script's)
 
 DEV = "cuda"
 h = torch.float16
@@ -34,8 +35,7 @@ if which in ("vit", "all"):
 if which in ("bert", "all"):
     B, N, H, d = 64, 128, 12, 64
     qkv = torch.randn(B * N, 3 * H * d, device=DEV, dtype=h)
-    lens = torch.randint(1, N + 1, (B,), device=DEV)
-    kpm = torch.where(torch.arange(N, device=DEV)[None] < lens[:, None], 0.0, -10000.0).to(h)
+    kpm = key_padding_mask(B, N, h)
     for _ in range(reps):
         fk.attention(qkv, H, N, key_padding_mask=kpm)
 torch.cuda.synchronize()

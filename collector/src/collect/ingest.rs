@@ -169,12 +169,13 @@ fn collect_defs(data: &[u8]) -> Defs {
                 tag::FLUSHED => {
                     let _ts = p.u64()?;
                     let reason = p.u8()?;
-                    if reason == flush_reason::EXIT || reason == flush_reason::SIGNAL {
-                        d.final_flush = true;
-                    }
-                    if reason == flush_reason::CRASH {
-                        d.final_flush = true;
-                        d.crashed = true;
+                    match reason {
+                        flush_reason::EXIT | flush_reason::SIGNAL => d.final_flush = true,
+                        flush_reason::CRASH => {
+                            d.final_flush = true;
+                            d.crashed = true;
+                        }
+                        _ => {}
                     }
                 }
                 _ => {}
