@@ -2,7 +2,7 @@
 # Where the collector's overhead comes from: the Swin-T loop under each tracing configuration,
 # at batch 1 (CPU-bound: time per step = host cost of one step) and at batch 64 (the loop the
 # overhead target is about). Each configuration runs in its own process; rounds are interleaved.
-# DIAG_SET=all (every diagnostic), main, final, final2, observer, cuda_only (untraced, CUDA-only and two of its suspects), shapes, shapes2 or shapes3 (the configurations the README reports);
+# DIAG_SET=all (every diagnostic), issue (the README's table), main, final, final2, observer, writer (where the writer's work lands), cuda_only (untraced, CUDA-only and two of its suspects), shapes, shapes2 or shapes3 (the configurations the README reports);
 # ROUNDS_ALT>0 adds in-process comparisons (--window alternate).
 # Writes $OUT/diag.jsonl (one row per process, with per-step times) and $OUT/diag.log.
 # Needs .dev-collector/ (fuseprof, libfuseprof_tracer.so).
@@ -80,6 +80,24 @@ configs() { # batch steps
   one cuda_default_tid $b $n "" FUSEPROF_CUPTI_DEFAULT_TID=1 -- $T --pytorch none -- python3
   one cuda_no_driver $b $n "" FUSEPROF_CUPTI_KINDS=kernel,memcpy,memset,runtime,sync,overhead -- $T --pytorch none -- python3
   # and the PyTorch profiler's CUDA-only mode: CUPTI's cost as Kineto pays it, same rounds
+  one torchprof_cuda $b $n "--window torchprof_cuda" X=1 -- python3
+  ;;
+  issue)
+  # the issue's table: untraced, CUDA only, CUDA + shapes, and the PyTorch profiler in both modes
+  one base $b $n "" X=1 -- python3
+  one cuda $b $n "" X=1 -- $T --pytorch none -- python3
+  one cuda_shapes $b $n "" X=1 -- $T --pytorch shapes -- python3
+  one torchprof_cuda $b $n "--window torchprof_cuda" X=1 -- python3
+  one torchprof $b $n "--window torchprof" X=1 -- python3
+  ;;
+  writer)
+  # the writer's decoding during the run (FUSEPROF_CUPTI_DEFER=1 holds CUPTI's buffers until the
+  # end, as the PyTorch profiler does), the kinds the profiler's CUDA mode records, kernels only
+  one base $b $n "" X=1 -- python3
+  one cuda $b $n "" X=1 -- $T --pytorch none -- python3
+  one cuda_defer $b $n "" FUSEPROF_CUPTI_DEFER=1 -- $T --pytorch none -- python3
+  one cuda_profiler_kinds $b $n "" FUSEPROF_CUPTI_KINDS=kernel,memcpy,memset,runtime,driver -- $T --pytorch none -- python3
+  one cuda_kernels_only $b $n "" FUSEPROF_CUPTI_KINDS=kernel,memcpy,memset -- $T --pytorch none -- python3
   one torchprof_cuda $b $n "--window torchprof_cuda" X=1 -- python3
   ;;
   observer)

@@ -42,3 +42,24 @@ if any("steal_ms_per_iter" in r["result"] for r in rows):
         x = r["result"]
         print(f"| {r['config']} | {r['round']} | {x['per_iter_ms']:.3f} | {x.get('steal_ms_per_iter', float('nan')):.3f} | "
               f"{x.get('process_cpu_ms_per_iter', float('nan')):.3f} |")
+
+# Each step's own time (iter_ms, host time from one step's end to the next): its median is what
+# a step costs outside the slow episodes (stretches of 12-17 ms steps that hit traced and untraced
+# processes alike on this host), and the count of steps over 1.2x the untraced median says how
+# much of a round such episodes took.
+if all("iter_ms" in r["result"] for r in rows):
+    steps = {(r["round"], r["config"]): r["result"]["iter_ms"][20:] for r in rows}
+    base_step = statistics.median(statistics.median(steps[(k, "base")]) for k in rounds if (k, "base") in steps)
+    print()
+    print(f"per-step medians (steps 21 on); untraced {base_step:.3f} ms")
+    print("| configuration | median step ms (median over rounds) | overhead | " +
+          " | ".join(f"round {k}: median step, slow steps" for k in rounds) + " |")
+    print("|---|---|---|" + "---|" * len(rounds))
+    for name in by:
+        meds = [statistics.median(steps[(k, name)]) for k in rounds if (k, name) in steps]
+        m = statistics.median(meds)
+        cells = []
+        for k in rounds:
+            s = steps.get((k, name))
+            cells.append(f"{statistics.median(s):.2f}, {sum(x > 1.2 * base_step for x in s)}" if s else "–")
+        print(f"| {name} | {m:.3f} | {100 * (m / base_step - 1):+.1f} % | " + " | ".join(cells) + " |")

@@ -109,6 +109,19 @@ import os,time,torch
 x=torch.randn(1024,1024,device='cuda'); t=time.time()
 while time.time()-t<3: y=x@x
 torch.cuda.synchronize(); time.sleep(1.5); os.kill(os.getpid(),9)"; echo "rc=$? (SIGKILL inside)"
+FUSEPROF_CUPTI_FLUSH_PERIOD_MS=500 $C -o $R/f_kill_period.sqlite --pytorch none -- python3 -c "
+import os,time,torch
+x=torch.randn(1024,1024,device='cuda'); t=time.time()
+while time.time()-t<3: y=x@x
+torch.cuda.synchronize(); time.sleep(1.5); os.kill(os.getpid(),9)"; echo "rc=$? (SIGKILL inside, 500 ms periodic flush)"
+for how in "ctypes.string_at(0)" "os.abort()"; do
+$C -o $R/f_crash.sqlite --force --pytorch none -- python3 -c "
+import ctypes,os,torch
+x=torch.randn(1024,1024,device='cuda')
+for _ in range(200): y=x@x
+torch.cuda.synchronize(); $how"; echo "rc=$? (crash inside: $how; 200 matmul kernels before it)"
+echo "f_crash $(python3 $W/check.py summary $R/f_crash.sqlite | cut -c1-200)"
+done
 CUDA_VISIBLE_DEVICES= $C -o $R/f_nogpu.sqlite -- python3 -c "import torch; torch.ones(1).cuda()" 2>&1 | tail -3; echo "rc=${PIPESTATUS[0]} (no GPU)"
 $C -o $R/f_multi.sqlite --pytorch none -- sh -c 'for i in 1 2; do python3 -c "import torch; x=torch.ones(256,device=\"cuda\"); [x.add_(1) for _ in range(10)]; torch.cuda.synchronize()" & done; wait'; echo "rc=$? (two processes)"
 $C -o $R/f_capnvtx.sqlite --pytorch none --capture nvtx:step2 -- python3 -c "
@@ -117,7 +130,7 @@ for i in range(5):
     torch.cuda.nvtx.range_push('step%d'%i); y=x@x; torch.cuda.nvtx.range_pop()
 torch.cuda.synchronize()"; echo "rc=$? (capture nvtx:step2)"
 $C -o $R/f_inner.sqlite --pytorch none -- python3 $W/workload.py swin --steps 2 --warmup 1 --window torchprof --kineto /tmp/inner.json; echo "rc=$? (torch profiler inside)"
-for f in f_term f_kill f_nogpu f_multi f_capnvtx f_inner; do echo "$f $(python3 $W/check.py summary $R/$f.sqlite | cut -c1-400)"; done
+for f in f_term f_kill f_kill_period f_nogpu f_multi f_capnvtx f_inner; do echo "$f $(python3 $W/check.py summary $R/$f.sqlite | cut -c1-400)"; done
 fi
 if on launch; then
 log "launch cost: CPU-bound loop of tiny kernels, with and without an NVTX range per launch"

@@ -197,6 +197,50 @@ fn sigterm_keeps_every_record_even_when_the_flush_needs_the_interrupted_thread()
     assert!(counts.ranges >= 100, "{counts:?}");
 }
 
+/// `timeout` and shells signal a whole process group, and `collect` passes the signal on as
+/// well, so the program gets the same SIGTERM twice at once. The repeat must not cut the flush
+/// short (seen on the device: a Swin-T loop under `timeout 15 fuseprof collect` ended without
+/// its final flush); a repeat after the duplicate window still ends the program at once.
+#[test]
+fn sigterm_delivered_twice_at_once_still_ends_with_a_complete_flush() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+
+    let dir = tempfile::tempdir().unwrap();
+    let spool = dir.path().join("spool");
+    std::fs::create_dir(&spool).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_signal-loop"))
+        .env("NVTX_INJECTION64_PATH", tracer())
+        .env("FUSEPROF_SPOOL_DIR", &spool)
+        .env("FUSEPROF_TEST_SIGNAL_FLUSH_DELAY_MS", "300")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready");
+    for _ in 0..2 {
+        // SAFETY: sends SIGTERM to the child just spawned; the second arrives while the first
+        // one's flush (300 ms here) is under way.
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let status = child.wait().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
+
+    let run = dir.path().join("run.sqlite");
+    let (counts, warnings) =
+        fuseprof_collector::collect::ingest_spool_dir_with_warnings(&spool, &run).unwrap();
+    assert!(
+        !warnings.iter().any(|w| w.contains("without a final flush")),
+        "{warnings:?}"
+    );
+    assert!(counts.ranges >= 100, "{counts:?}");
+}
+
 /// A program that crashes (a real SIGSEGV, or abort) right after recording keeps every record it
 /// made, with a crash flush: the crashing thread waits (bounded) for the writer before the
 /// crash goes on. Without it the last records (the writer writes every 200 ms) were lost and the

@@ -504,6 +504,24 @@ fn new_buffer() -> *mut u8 {
     p
 }
 
+/// Refills the pool on the writer thread, so that CUPTI's buffer requests (made on the
+/// program's threads) never allocate and fault in a fresh buffer there.
+pub fn top_up_pool() {
+    if !ACTIVE.load(Ordering::Acquire) {
+        return;
+    }
+    let missing = POOL
+        .lock()
+        .map_or(0, |p| POOL_PREFILL.saturating_sub(p.len()));
+    for _ in 0..missing {
+        let p = new_buffer();
+        if p.is_null() {
+            return;
+        }
+        free_buffer(p);
+    }
+}
+
 fn prefill_pool() {
     let mut fresh: Vec<usize> = (0..POOL_PREFILL)
         .map(|_| new_buffer() as usize)

@@ -138,6 +138,13 @@ pub(crate) fn init() -> Option<&'static Tracer> {
             cupti::env_flag("FUSEPROF_TEST_FLUSH_WAITS_FOR_PROGRAM"),
             Ordering::Relaxed,
         );
+        TEST_FLUSH_DELAY_MS.store(
+            std::env::var("FUSEPROF_TEST_SIGNAL_FLUSH_DELAY_MS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
+            Ordering::Relaxed,
+        );
         install(PathBuf::from(dir), false);
         install_signal_handlers();
         // SAFETY: the handlers are plain extern "C" functions without arguments.
@@ -248,13 +255,19 @@ impl Tracer {
 
     /// Writes everything gathered so far: completed CUPTI buffers and pending records.
     pub fn drain(&self) {
+        self.drain_some(true);
+    }
+
+    /// Writes the pending host records, and the completed CUPTI buffers when `cupti` is set
+    /// (left for later with `FUSEPROF_CUPTI_DEFER`, see `writer_loop`).
+    fn drain_some(&self, cupti: bool) {
         let Ok(mut file) = self.file.lock() else {
             return;
         };
         let mut out = Vec::new();
         let buffers = match self.cupti_buffers.lock() {
-            Ok(mut b) => std::mem::take(&mut *b),
-            Err(_) => Vec::new(),
+            Ok(mut b) if cupti => std::mem::take(&mut *b),
+            _ => Vec::new(),
         };
         for (ptr, valid) in buffers {
             cupti::decode_buffer(ptr as *mut u8, valid, &mut out);
@@ -302,6 +315,10 @@ impl Tracer {
         head.extend_from_slice(&spool::VERSION.to_le_bytes());
         f.write_all(&head).ok()?;
         Some(f)
+    }
+
+    fn cupti_held(&self) -> usize {
+        self.cupti_buffers.lock().map_or(0, |b| b.len())
     }
 
     /// Marks a complete flush as wanted; the writer thread does it. Returns its sequence number.
@@ -370,8 +387,9 @@ fn writer_loop(t: &'static Tracer) {
                     finish_pending_signal();
                 }
             } else {
-                t.drain();
+                t.drain_some(!defer_cupti() || t.cupti_held() >= DEFER_MAX_BUFFERS);
             }
+            cupti::top_up_pool();
         });
         if r.is_err() {
             return;
@@ -381,6 +399,15 @@ fn writer_loop(t: &'static Tracer) {
             return;
         }
     }
+}
+
+/// `FUSEPROF_CUPTI_DEFER=1` (a diagnostic): the writer decodes CUPTI's buffers only at a
+/// flush, or once this many wait, as the PyTorch profiler keeps them until it stops.
+const DEFER_MAX_BUFFERS: usize = 32;
+
+fn defer_cupti() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| cupti::env_flag("FUSEPROF_CUPTI_DEFER"))
 }
 
 fn wait_wake(period: Duration) {
@@ -435,6 +462,11 @@ static CRASHING: AtomicBool = AtomicBool::new(false);
 const CRASH_FLUSH_LIMIT: Duration = Duration::from_secs(2);
 /// The signal whose default action (termination) waits for the writer thread's final flush.
 static PENDING_SIGNAL: AtomicI32 = AtomicI32::new(0);
+/// When PENDING_SIGNAL arrived (ns, CLOCK_REALTIME).
+static PENDING_SIGNAL_AT_NS: AtomicU64 = AtomicU64::new(0);
+/// A repeat of the pending signal within this is the same request delivered twice; a later one
+/// means "now".
+const DUPLICATE_SIGNAL_WINDOW: Duration = Duration::from_millis(500);
 /// How long the writer may take over that flush before the signal's default action runs anyway.
 const SIGNAL_FLUSH_LIMIT: Duration = Duration::from_secs(10);
 
@@ -531,14 +563,26 @@ fn tracer_with_writer() -> Option<&'static Tracer> {
 extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     let Some(old) = old_action(sig) else { return };
     let t = tracer_with_writer();
-    if old.sa_sigaction == libc::SIG_DFL
-        && t.is_some()
-        && PENDING_SIGNAL
-            .compare_exchange(0, sig, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-    {
-        chain(sig, info, ctx); // a second signal: the default action now
-        return;
+    if old.sa_sigaction == libc::SIG_DFL && t.is_some() {
+        let now = now_ns(); // clock_gettime: async-signal-safe
+                            // The first arrival's time, set before the signal so a concurrent repeat reads it.
+        let _ = PENDING_SIGNAL_AT_NS.compare_exchange(0, now, Ordering::AcqRel, Ordering::Acquire);
+        match PENDING_SIGNAL.compare_exchange(0, sig, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => {}
+            // The same signal again at once is one request delivered twice: `timeout` and a
+            // shell signal the whole process group, and `collect` passes the signal on too.
+            Err(first)
+                if first == sig
+                    && now.saturating_sub(PENDING_SIGNAL_AT_NS.load(Ordering::Acquire))
+                        < DUPLICATE_SIGNAL_WINDOW.as_nanos() as u64 =>
+            {
+                return;
+            }
+            Err(_) => {
+                chain(sig, info, ctx); // a second signal: the default action now
+                return;
+            }
+        }
     }
     if let Some(t) = t {
         t.ask_flush(spool::flush_reason::SIGNAL);
@@ -613,9 +657,19 @@ fn arm_signal_watchdog() {
 /// needs that thread's locks), which a test without a GPU cannot otherwise reproduce.
 static TEST_GATE: AtomicBool = AtomicBool::new(false);
 
+/// Test hook (`FUSEPROF_TEST_SIGNAL_FLUSH_DELAY_MS=N`): a flush for a pending signal takes N ms
+/// longer, as a flush of full CUPTI buffers can.
+static TEST_FLUSH_DELAY_MS: AtomicU64 = AtomicU64::new(0);
+
 impl Tracer {
     fn test_gate_wait(&self) {
-        if !TEST_GATE.load(Ordering::Relaxed) || PENDING_SIGNAL.load(Ordering::Acquire) == 0 {
+        if PENDING_SIGNAL.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(
+            TEST_FLUSH_DELAY_MS.load(Ordering::Relaxed),
+        ));
+        if !TEST_GATE.load(Ordering::Relaxed) {
             return;
         }
         let start = std::time::Instant::now();
