@@ -1,7 +1,7 @@
 #!/bin/bash
 # One device call: resource report (nvcc), correctness, benchmarks, compute-sanitizer.
 # Run from the repository root with the release cdylib at .dev-kernels/libfuseprof_kernels.so:
-#   bash kernels/bench/run_device.sh [check|bench|sanitize|all|sweep|longsweep|profile]
+#   bash kernels/bench/run_device.sh [check|bench|sanitize|all|sweep|longsweep|wgcheck|profile]
 set -u
 STEP=${1:-all}
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
@@ -55,22 +55,42 @@ fi
 if [[ $STEP == longsweep ]]; then
   # fmha_fwd_long's tuning constants (FUSEPROF_KERNELS_DEFINES): registers and spills from nvcc,
   # the attention checks (fresh inputs, both dtypes) and the ViT / BERT times, each set in its
-  # own process. The empty set is the default.
+  # own process. The empty set is the default. LONG_WGMMA=1 runs fmha_fwd_long_wg (sm_90a) for
+  # the head_dim 64 calls; WG_V_SWAP=1 tries the other reading of its V descriptor's strides
+  # (kernels/NOTES.md round 5). Earlier sets (LONG_SUB, LONG_MIN_BLOCKS, LONG_RING) are in
+  # bench/results/longsweep-h100-2026-11-23.
   { cat kernels/src/cu/common.cuh; echo "#line 1 \"fmha.cu\""; cat kernels/src/cu/fmha.cu; } > /tmp/k_fmha.cu
   while read -r defs; do
     echo "== [$defs]"
-    nvcc -arch=sm_90 -cubin -o /tmp/k.cubin -Xptxas -v -DFP_BF16=0 -DHEAD_DIM=64 $(for d in $defs; do echo -D$d; done) \
-      /tmp/k_fmha.cu 2>&1 | grep -A3 "entry function .fmha_fwd_long" | grep -E "registers|spill" | head -2
+    nvcc -arch=sm_90a -cubin -o /tmp/k.cubin -Xptxas -v -DFP_BF16=0 -DHEAD_DIM=64 $(for d in $defs; do echo -D$d; done) \
+      /tmp/k_fmha.cu 2>&1 | grep -E -A3 "error|entry function .fmha_fwd_long" | grep -E "error|Compiling|registers|spill" | head -8
     FUSEPROF_KERNELS_DEFINES="$defs" CHECK_ONLY=attention timeout 120 python3 kernels/bench/gpu_check.py --mode check 2>&1 \
       | grep -E "^FAIL|CHECKS" | head -5
     FUSEPROF_KERNELS_DEFINES="$defs" timeout 90 python3 kernels/bench/gpu_check.py --mode sweep 2>&1 | grep -E "SWEEP|Error|error" | tail -2
   done <<'SETS'
 
-LONG_SUB=32
-LONG_SUB=32 LONG_MIN_BLOCKS=3
-LONG_MIN_BLOCKS=1
-LONG_RING=4
+LONG_WGMMA=1
+LONG_WGMMA=1 WG_V_SWAP=1
+LONG_WGMMA=1 LONG_RING=4
 SETS
+fi
+if [[ $STEP == wgcheck ]]; then
+  # The quickest test of fmha_fwd_long_wg: the attention checks under both readings of its V
+  # descriptor (WG_V_SWAP 0 / 1, two processes at once), then the sweep's times for the one
+  # that passes.
+  for sw in 0 1; do
+    (FUSEPROF_KERNELS_DEFINES="LONG_WGMMA=1 WG_V_SWAP=$sw" CHECK_ONLY=attention timeout 120 \
+      python3 kernels/bench/gpu_check.py --mode check > "$OUT/check_wg_swap$sw.log" 2>&1) &
+  done
+  wait
+  for sw in 0 1; do echo "== WG_V_SWAP=$sw"; grep -E "^FAIL|CHECKS|rror" "$OUT/check_wg_swap$sw.log" | head -8; done
+  ok=$(grep -l "CHECKS: \([0-9]*\)/\1 passed" "$OUT"/check_wg_swap*.log | head -1 | sed 's/.*swap\([01]\).log/\1/')
+  echo "passing: WG_V_SWAP=${ok:-none}"
+  if [[ -n $ok ]]; then
+    FUSEPROF_KERNELS_DEFINES="LONG_WGMMA=1 WG_V_SWAP=$ok" timeout 90 python3 kernels/bench/gpu_check.py --mode sweep 2>&1 \
+      | grep -E "SWEEP|rror" | tail -2
+    timeout 90 python3 kernels/bench/gpu_check.py --mode sweep 2>&1 | grep -E "SWEEP|rror" | tail -2  # default, same call
+  fi
 fi
 if [[ $STEP == profile ]]; then
   # Nsight Compute on the attention kernels (PROFILE="window vit bert"): a summary per kernel

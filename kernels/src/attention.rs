@@ -26,6 +26,15 @@ fn long_ring() -> usize {
     tuning_value("LONG_RING", 2).max(1) as usize
 }
 const THREADS: u32 = 128;
+/// Threads of `fmha_fwd_long_wg`: two warpgroups of 64 query rows each.
+const WG_THREADS: u32 = 256;
+
+/// True when `FUSEPROF_KERNELS_DEFINES` has `LONG_WGMMA=1`: on an sm_90 GPU, head_dim 64 calls
+/// of `fmha_fwd_long` without a per-row bias or mask run `fmha_fwd_long_wg` (wgmma, built for
+/// compute_90a) instead. Off by default until measured on the device (kernels/NOTES.md round 5).
+pub fn wgmma_enabled() -> bool {
+    tuning_value("LONG_WGMMA", 0) != 0
+}
 
 /// How the optional mask is laid out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -178,6 +187,26 @@ impl AttentionParams {
         }
     }
 
+    /// True when `fmha_fwd_long_wg` can take this call on an sm_90 GPU: an `fmha_fwd_long` call
+    /// at head_dim 64 whose additive term is at most one value per key (no bias, no window mask).
+    pub fn wgmma_eligible(&self) -> bool {
+        self.kernel_name() == "fmha_fwd_long"
+            && self.head_dim == 64
+            && !self.has_bias
+            && matches!(self.mask, AttentionMask::None | AttentionMask::KeyPadding)
+    }
+
+    /// Dynamic shared memory of `fmha_fwd_long_wg` with a ring of `ring` stages: 128 query rows
+    /// and `ring` x (64 key + 64 value rows) of 64 elements in the core-matrix layout (no
+    /// padding), `ring` 64-float rows of per-key terms; at least the 128 x (64 + 8) elements the
+    /// output is staged in at the end.
+    pub fn wg_smem_bytes(&self, ring: usize) -> usize {
+        let tiles =
+            (LONG_BLOCK_M + 2 * ring * LONG_BLOCK_N) * self.head_dim * self.dtype.size_bytes()
+                + ring * LONG_BLOCK_N * 4;
+        tiles.max(LONG_BLOCK_M * (self.head_dim + 8) * self.dtype.size_bytes())
+    }
+
     /// Dynamic shared memory of `fmha_fwd_window`: two stages of q, k, v (64 rows of
     /// head_dim + 8) and the additive tile (seq rows of [`add_smem_stride`]).
     pub fn window_smem_bytes(&self) -> usize {
@@ -319,6 +348,12 @@ pub unsafe fn launch_attention(
             )
         };
     }
+    let mut name = p.kernel_name();
+    if p.wgmma_eligible() && wgmma_enabled() && gpu.current_arch()? == (9, 0) {
+        name = "fmha_fwd_long_wg";
+        cfg.block.0 = WG_THREADS;
+        cfg.shared_bytes = p.wg_smem_bytes(long_ring()) as u32;
+    }
     let args = Args::default()
         .ptr(bufs.qkv)
         .ptr(bufs.out)
@@ -332,16 +367,16 @@ pub unsafe fn launch_attention(
         .f32(p.scale * std::f32::consts::LOG2_E)
         .i32(p.n_qblocks() as i32);
     // SAFETY: the argument list matches FMHA_PARAMS of the short and long kernels (the long
-    // one's shared memory was sized in launch_config from the ring it compiled with); pointer
-    // extents are the
+    // ones' shared memory was sized from the ring they compiled with; the wgmma one takes only
+    // calls without bias or per-row mask, as wgmma_eligible checks); pointer extents are the
     // caller's contract (documented above) and the grid covers exactly batch x heads x query
-    // blocks (one query block per (batch, head) for the short kernel).
+    // blocks (one query block per (batch, head) for the short kernel, 128 rows for the long ones).
     unsafe {
         gpu.launch(
             Source::Fmha,
             p.dtype,
             p.head_dim as u32,
-            p.kernel_name(),
+            name,
             cfg,
             stream,
             args,
@@ -571,6 +606,44 @@ mod tests {
         assert_eq!(kpm.kernel_name(), "fmha_fwd_short");
         assert_eq!(params(2, 65, 1, 32).kernel_name(), "fmha_fwd_long");
         assert_eq!(vit.kernel_name(), "fmha_fwd_long");
+    }
+
+    #[test]
+    fn the_wgmma_kernel_takes_head_dim_64_calls_with_at_most_a_key_mask() {
+        let vit = params(64, 197, 12, 64);
+        assert!(vit.wgmma_eligible());
+        let mut bert = params(64, 128, 12, 64);
+        bert.mask = AttentionMask::KeyPadding;
+        assert!(bert.wgmma_eligible());
+        // head_dim 32, a per-head bias, per-query window masks, short sequences: fmha_fwd_long
+        // or the short kernels, as before
+        assert!(!params(64, 197, 12, 32).wgmma_eligible());
+        let mut biased = params(2, 100, 4, 64);
+        biased.has_bias = true;
+        assert!(!biased.wgmma_eligible());
+        let mut windows = params(2, 100, 4, 64);
+        windows.mask = AttentionMask::Windows { n_windows: 2 };
+        assert!(!windows.wgmma_eligible());
+        assert!(!params(2, 64, 4, 64).wgmma_eligible());
+        // Q 128 rows + K, V 2 x 64 rows of 64 fp16 (no padding); 2 x 64 fp32 key terms
+        assert_eq!(vit.wg_smem_bytes(2), 384 * 64 * 2 + 512);
+        // one stage still holds the 128 x 72 elements the output is staged in
+        assert_eq!(vit.wg_smem_bytes(1), 256 * 64 * 2 + 256);
+        assert!(vit.wg_smem_bytes(1) >= 128 * 72 * 2);
+        // the default build (no LONG_WGMMA): the plain per-device target
+        assert!(!wgmma_enabled());
+        assert_eq!(
+            crate::runtime::nvrtc_arch(Source::Fmha, (9, 0)),
+            "compute_90"
+        );
+        assert_eq!(
+            crate::runtime::nvrtc_arch(Source::Window, (9, 0)),
+            "compute_90"
+        );
+        assert_eq!(
+            crate::runtime::nvrtc_arch(Source::Fmha, (8, 9)),
+            "compute_89"
+        );
     }
 
     #[test]

@@ -95,6 +95,18 @@ impl Source {
     }
 }
 
+/// The NVRTC target for `source` on a GPU of compute capability `arch`: `compute_XY`, or
+/// `compute_90a` for fmha.cu on sm_90 when `LONG_WGMMA` asks for its wgmma kernel (the `a`
+/// features run on sm_90 only, and the arch is chosen per device).
+pub fn nvrtc_arch(source: Source, arch: (i32, i32)) -> String {
+    let feature = if source == Source::Fmha && arch == (9, 0) && crate::attention::wgmma_enabled() {
+        "a"
+    } else {
+        ""
+    };
+    format!("compute_{}{}{feature}", arch.0, arch.1)
+}
+
 /// Environment variable that overrides the kernels' tuning constants, for sweeps on a GPU:
 /// `FUSEPROF_KERNELS_DEFINES="VPT=4 EW_THREADS=128"`. Each `NAME=VALUE` (a non-negative integer)
 /// is passed to NVRTC as `-DNAME=VALUE`, and the launchers read the same values through
@@ -328,8 +340,15 @@ impl Gpu {
         Ok((major, minor))
     }
 
+    /// Compute capability of the current context's device.
+    pub(crate) fn current_arch(&self) -> Result<(i32, i32)> {
+        let (_, dev) = self.current_context()?;
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        Self::arch_of(&mut state, dev)
+    }
+
     fn compile(source: Source, dtype: DType, variant: u32, arch: (i32, i32)) -> Result<CString> {
-        let arch_name = format!("compute_{}{}", arch.0, arch.1);
+        let arch_name = nvrtc_arch(source, arch);
         let opts = cudarc::nvrtc::CompileOptions {
             options: source.compile_options(dtype, variant, &arch_name),
             name: Some(source.file_name().to_string()),

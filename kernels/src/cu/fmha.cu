@@ -608,6 +608,233 @@ extern "C" __global__ void __launch_bounds__(NWARPS * 32, LONG_MIN_BLOCKS) fmha_
     }
 }
 
+// ---- fmha_fwd_long_wg (Hopper, sm_90a only): fmha_fwd_long's job on wgmma ----
+//
+// Round 5 (kernels/NOTES.md): fmha_fwd_long is latency-bound at head_dim 64 (255 registers, 8
+// warps per SM, mma.sync chains). Here each warpgroup (4 warps) owns 64 query rows and issues
+// warpgroup MMAs: S = Q K^T with Q and K read by the instruction from shared memory (no Q
+// fragments in registers), softmax in registers, O += P V with P from registers and V from shared
+// memory. Two warpgroups per CTA share each K / V block (128 query rows per CTA, as
+// fmha_fwd_long). Shared tiles use the no-swizzle core-matrix layout: 8 rows x 16 bytes per
+// 128-byte core matrix, the 8 column chunks of a row group side by side (LBO 128 bytes along K,
+// SBO 1024 bytes between row groups). Head dim 64 only, no per-row bias or mask (the launcher
+// falls back to fmha_fwd_long for those). Built only when NVRTC targets compute_90a
+// (__CUDA_ARCH_FEAT_SM90_ALL), i.e. with LONG_WGMMA=1 on an sm_90 GPU.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) && HEAD_DIM == 64
+typedef unsigned long long u64;
+#define WG_THREADS 256
+#define WG_TILE 8192  // bytes of one 64-row x 64-column tile
+// Tuning constant for the one layout fact not checkable without a GPU: how the descriptor of the
+// MN-major V operand names its two strides. 0: LBO = key-group stride (1024), SBO = column-chunk
+// stride (128), as CUTLASS's canonical interleaved MN-major layout reads; 1: swapped.
+#ifndef WG_V_SWAP
+#define WG_V_SWAP 0
+#endif
+// Tuning constant: minimum resident CTAs per SM asked of the compiler (2 caps registers at 128:
+// S and O accumulators are 32 each, P 16).
+#ifndef WG_MIN_BLOCKS
+#define WG_MIN_BLOCKS 2
+#endif
+
+// Byte offset of 16-byte chunk c (0..7) of row r in a core-matrix tile.
+__device__ __forceinline__ u32 wg_chunk(int r, int c) { return (u32)((((r >> 3) << 3) + c) << 7) + ((r & 7) << 4); }
+
+// Shared-memory matrix descriptor, no swizzle: start address, leading and stride byte offsets.
+__device__ __forceinline__ u64 wg_desc(u32 saddr, u32 lbo, u32 sbo) {
+    return (u64)((saddr & 0x3FFFFu) >> 4) | ((u64)((lbo >> 4) & 0x3FFFu) << 16) | ((u64)((sbo >> 4) & 0x3FFFu) << 32);
+}
+
+// Rows [row0, row0 + 64) of q, k or v (which) of (b, h) into a core-matrix tile; rows >= N
+// zero-filled. A warp covers 8 rows x 4 chunks, so its 16-byte writes land on all 32 banks.
+__device__ __forceinline__ void wg_load_tile(unsigned char* dst, const u16* __restrict__ qkv, int which, int b,
+                                             int h, int N, int H, int row0, int tid) {
+#pragma unroll
+    for (int it = 0; it < 64 * DCH / WG_THREADS; ++it) {
+        const int i = it * WG_THREADS + tid;
+        const int q = i & 31, grp = i >> 5;
+        const int r = ((grp >> 1) << 3) + (q & 7);
+        const int c = ((grp & 1) << 2) + (q >> 3);
+        const int row = row0 + r;
+        const bool ok = row < N;
+        const i64 t = (i64)b * N + (ok ? row : 0);
+        cp_async16(dst + wg_chunk(r, c), qkv + ((t * 3 + which) * H + h) * HEAD_DIM + c * 8, ok);
+    }
+}
+
+__device__ __forceinline__ void wg_fence_acc(float* d) {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+
+#if FP_BF16
+#define WG_TYPES "f32.bf16.bf16"
+#else
+#define WG_TYPES "f32.f16.f16"
+#endif
+
+// d (+)= A B, m64n64k16: A (64 x 16, K-major) and B (16 x 64, K-major) from shared memory.
+__device__ __forceinline__ void wgmma_ss(float* d, u64 da, u64 db, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16." WG_TYPES " "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db), "r"(accumulate));
+}
+
+// d += A B, m64n64k16: A from registers (the mma.sync A-fragment layout per warp), B (16 x 64,
+// MN-major: 64 columns contiguous per row) from shared memory.
+__device__ __forceinline__ void wgmma_rs_tb(float* d, const u32 a[4], u64 db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16." WG_TYPES " "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+
+extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS) fmha_fwd_long_wg(FMHA_PARAMS) {
+    constexpr int n_ring = LONG_RING;
+    extern __shared__ __align__(128) unsigned char wsmem[];
+    unsigned char* Qt = wsmem;                       // 2 tiles: rows q0.. and q0 + 64..
+    unsigned char* Kt = wsmem + 2 * WG_TILE;         // n_ring tiles
+    unsigned char* Vt = Kt + n_ring * WG_TILE;       // n_ring tiles
+    float(*kadd)[BLOCK_N] = reinterpret_cast<float(*)[BLOCK_N]>(Vt + n_ring * WG_TILE);
+
+    const int bid = blockIdx.x;
+    const int qb = bid % n_qblocks;
+    const int h = (bid / n_qblocks) % H;
+    const int b = bid / (n_qblocks * H);
+    if (b >= B) return;  // uniform for the whole CTA
+
+    const int tid = threadIdx.x;
+    const int wg = tid >> 7;
+    const int wwarp = (tid >> 5) & 3;  // warp within the warpgroup: rows wwarp * 16..
+    const int lane = tid & 31;
+    const int g = lane >> 2;
+    const int tq = lane & 3;
+    const int q0 = qb * LBM;
+    const bool active = q0 + wg * 64 < N;  // uniform per warpgroup
+    // Key-padding mask (mask_row_stride 0) or none: the launcher sends nothing else here.
+    const u16* kp = mask != nullptr ? mask + (i64)(b % n_mask) * N : nullptr;
+
+    const int n_kblocks = (N + BLOCK_N - 1) / BLOCK_N;
+    const int n_first = n_kblocks < n_ring ? n_kblocks : n_ring;
+    wg_load_tile(Qt, qkv, 0, b, h, N, H, q0, tid);
+    wg_load_tile(Qt + WG_TILE, qkv, 0, b, h, N, H, q0 + 64, tid);
+    for (int kb = 0; kb < n_first; ++kb) {
+        wg_load_tile(Kt + kb * WG_TILE, qkv, 1, b, h, N, H, kb * BLOCK_N, tid);
+        wg_load_tile(Vt + kb * WG_TILE, qkv, 2, b, h, N, H, kb * BLOCK_N, tid);
+        cp_async_commit();
+    }
+    if (tid < BLOCK_N) {
+        for (int kb = 0; kb < n_first; ++kb) kadd[kb][tid] = key_add(kp, kb * BLOCK_N + tid, N);
+    }
+
+    float o[32];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) o[i] = 0.f;
+    float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.f, l1 = 0.f;
+    const u32 q_addr = smem_addr(Qt + wg * WG_TILE);
+    for (int kb = 0; kb < n_kblocks; ++kb) {
+        const int stage = kb % n_ring;
+        const int issued = n_kblocks < kb + n_ring ? n_kblocks : kb + n_ring;
+        cp_async_wait_n(issued - kb - 1);
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // cp.async writes -> wgmma reads
+        __syncthreads();
+        if (active) {
+            const u32 k_addr = smem_addr(Kt + stage * WG_TILE);
+            const u32 v_addr = smem_addr(Vt + stage * WG_TILE);
+            float s[32];
+#pragma unroll
+            for (int i = 0; i < 32; ++i) s[i] = 0.f;
+            // S = Q K^T: four k16 steps over head_dim (2 column chunks = 256 bytes each).
+            wg_fence_acc(s);
+            wgmma_fence();
+#pragma unroll
+            for (int t = 0; t < HEAD_DIM / 16; ++t)
+                wgmma_ss(s, wg_desc(q_addr + t * 256, 128, 1024), wg_desc(k_addr + t * 256, 128, 1024), t);
+            wgmma_commit();
+            wgmma_wait0();
+            wg_fence_acc(s);
+            // Online softmax on rows g and g + 8 of this warp's 16 (the mma.sync C layout:
+            // s[4j + 0, 1] row g, keys 8j + 2tq + {0, 1}; s[4j + 2, 3] row g + 8).
+            float bm0 = NEG_INF, bm1 = NEG_INF;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                const float2 ka = *reinterpret_cast<const float2*>(&kadd[stage][j * 8 + 2 * tq]);
+                s[4 * j + 0] = s[4 * j + 0] * scale_log2 + ka.x;
+                s[4 * j + 1] = s[4 * j + 1] * scale_log2 + ka.y;
+                s[4 * j + 2] = s[4 * j + 2] * scale_log2 + ka.x;
+                s[4 * j + 3] = s[4 * j + 3] * scale_log2 + ka.y;
+                bm0 = fmaxf(bm0, fmaxf(s[4 * j + 0], s[4 * j + 1]));
+                bm1 = fmaxf(bm1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+            }
+            bm0 = fmaxf(bm0, __shfl_xor_sync(0xffffffffu, bm0, 1));
+            bm0 = fmaxf(bm0, __shfl_xor_sync(0xffffffffu, bm0, 2));
+            bm1 = fmaxf(bm1, __shfl_xor_sync(0xffffffffu, bm1, 1));
+            bm1 = fmaxf(bm1, __shfl_xor_sync(0xffffffffu, bm1, 2));
+            const float n0 = fmaxf(m0, bm0), n1 = fmaxf(m1, bm1);
+            // A row whose terms are all -inf so far keeps m = -inf, is rescaled by 1 and
+            // subtracts 0 (its l and o stay 0).
+            const float a0 = n0 == NEG_INF ? 1.f : ex2_approx(m0 - n0);
+            const float a1 = n1 == NEG_INF ? 1.f : ex2_approx(m1 - n1);
+            m0 = n0; m1 = n1;
+            const float sub0 = n0 == NEG_INF ? 0.f : n0, sub1 = n1 == NEG_INF ? 0.f : n1;
+            l0 *= a0; l1 *= a1;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                o[4 * j + 0] *= a0; o[4 * j + 1] *= a0;
+                o[4 * j + 2] *= a1; o[4 * j + 3] *= a1;
+                s[4 * j + 0] = ex2_approx(s[4 * j + 0] - sub0);
+                s[4 * j + 1] = ex2_approx(s[4 * j + 1] - sub0);
+                s[4 * j + 2] = ex2_approx(s[4 * j + 2] - sub1);
+                s[4 * j + 3] = ex2_approx(s[4 * j + 3] - sub1);
+                l0 += s[4 * j + 0] + s[4 * j + 1];
+                l1 += s[4 * j + 2] + s[4 * j + 3];
+            }
+            // O += P V: four k16 steps over the block's keys (2 row groups = 2048 bytes each).
+            u32 pa[4][4];
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) {
+                pa[kk][0] = pack2(s[8 * kk + 0], s[8 * kk + 1]);
+                pa[kk][1] = pack2(s[8 * kk + 2], s[8 * kk + 3]);
+                pa[kk][2] = pack2(s[8 * kk + 4], s[8 * kk + 5]);
+                pa[kk][3] = pack2(s[8 * kk + 6], s[8 * kk + 7]);
+            }
+            wg_fence_acc(o);
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk)
+                wgmma_rs_tb(o, pa[kk], WG_V_SWAP ? wg_desc(v_addr + kk * 2048, 128, 1024)
+                                                 : wg_desc(v_addr + kk * 2048, 1024, 128));
+            wgmma_commit();
+            wgmma_wait0();
+            wg_fence_acc(o);
+        }
+        const int next = kb + n_ring;
+        if (next < n_kblocks) {
+            __syncthreads();  // everyone is done with stage `stage`
+            wg_load_tile(Kt + stage * WG_TILE, qkv, 1, b, h, N, H, next * BLOCK_N, tid);
+            wg_load_tile(Vt + stage * WG_TILE, qkv, 2, b, h, N, H, next * BLOCK_N, tid);
+            cp_async_commit();
+            if (tid < BLOCK_N) kadd[stage][tid] = key_add(kp, next * BLOCK_N + tid, N);
+        }
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // every warpgroup is done reading Q / K / V: stage the output over them
+    if (active) {
+        u16(*scratch)[SROW] = reinterpret_cast<u16(*)[SROW]>(wsmem);
+        const int srow = wg * 64 + wwarp * 16;
+        store_tile(reinterpret_cast<const float(*)[4]>(o), l0, l1, scratch, srow, out, b, h, N, H, q0 + srow, g,
+                   tq, lane);
+    }
+}
+#endif
+
 // ---- Precombined additive tile + persistent window kernel (round 2) ----
 //
 // fmha_add_combine: add[e, h, r, c] = bias[h, r, c] + mask[e, r, c] for c < N, -inf for N <= c < NP
