@@ -149,16 +149,10 @@ fn a_forked_child_that_exits_with_underscore_exit_keeps_its_records() {
     );
 }
 
-/// SIGTERM to a traced program (default action) ends it with SIGTERM and a complete run: the
-/// flush happens after the handler returns, so it works even when the flush needs the thread
-/// the signal interrupted (as CUPTI's does when that thread is inside CUDA; simulated here by
-/// FUSEPROF_TEST_FLUSH_WAITS_FOR_PROGRAM, since this test has no GPU). A flush waited for inside
-/// the handler could never finish here: the previous tracer lost every record of such a run.
-#[test]
-fn sigterm_keeps_every_record_even_when_the_flush_needs_the_interrupted_thread() {
+/// `signal-loop` (NVTX ranges in a loop) with the tracer injected and `env` set, once it has
+/// said "ready"; with its temporary folder and spool folder.
+fn start_signal_loop(env: &[(&str, &str)]) -> (tempfile::TempDir, PathBuf, std::process::Child) {
     use std::io::{BufRead, BufReader};
-    use std::os::unix::process::ExitStatusExt;
-    use std::process::Stdio;
 
     let dir = tempfile::tempdir().unwrap();
     let spool = dir.path().join("spool");
@@ -166,8 +160,8 @@ fn sigterm_keeps_every_record_even_when_the_flush_needs_the_interrupted_thread()
     let mut child = Command::new(env!("CARGO_BIN_EXE_signal-loop"))
         .env("NVTX_INJECTION64_PATH", tracer())
         .env("FUSEPROF_SPOOL_DIR", &spool)
-        .env("FUSEPROF_TEST_FLUSH_WAITS_FOR_PROGRAM", "1")
-        .stdout(Stdio::piped())
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let mut line = String::new();
@@ -175,8 +169,35 @@ fn sigterm_keeps_every_record_even_when_the_flush_needs_the_interrupted_thread()
         .read_line(&mut line)
         .unwrap();
     assert_eq!(line.trim(), "ready");
-    // SAFETY: sends SIGTERM to the child just spawned.
+    (dir, spool, child)
+}
+
+fn sigterm(child: &std::process::Child) {
+    // SAFETY: sends SIGTERM to a child this test spawned.
     unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+}
+
+/// The spool ingested into a run: its counts and the warnings `collect` would print.
+fn ingest(
+    dir: &tempfile::TempDir,
+    spool: &std::path::Path,
+) -> (fuseprof_store::Counts, Vec<String>) {
+    let run = dir.path().join("run.sqlite");
+    fuseprof_collector::collect::ingest_spool_dir_with_warnings(spool, &run).unwrap()
+}
+
+/// SIGTERM to a traced program (default action) ends it with SIGTERM and a complete run: the
+/// flush happens after the handler returns, so it works even when the flush needs the thread
+/// the signal interrupted (as CUPTI's does when that thread is inside CUDA; simulated here by
+/// FUSEPROF_TEST_FLUSH_WAITS_FOR_PROGRAM, since this test has no GPU). A flush waited for inside
+/// the handler could never finish here: the previous tracer lost every record of such a run.
+#[test]
+fn sigterm_keeps_every_record_even_when_the_flush_needs_the_interrupted_thread() {
+    use std::os::unix::process::ExitStatusExt;
+
+    let (dir, spool, mut child) =
+        start_signal_loop(&[("FUSEPROF_TEST_FLUSH_WAITS_FOR_PROGRAM", "1")]);
+    sigterm(&child);
     let started = std::time::Instant::now();
     let status = child.wait().unwrap();
     assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
@@ -186,10 +207,7 @@ fn sigterm_keeps_every_record_even_when_the_flush_needs_the_interrupted_thread()
         "{:?}",
         started.elapsed()
     );
-
-    let run = dir.path().join("run.sqlite");
-    let (counts, warnings) =
-        fuseprof_collector::collect::ingest_spool_dir_with_warnings(&spool, &run).unwrap();
+    let (counts, warnings) = ingest(&dir, &spool);
     assert!(
         !warnings.iter().any(|w| w.contains("without a final flush")),
         "{warnings:?}"
@@ -200,45 +218,51 @@ fn sigterm_keeps_every_record_even_when_the_flush_needs_the_interrupted_thread()
 /// `timeout` and shells signal a whole process group, and `collect` passes the signal on as
 /// well, so the program gets the same SIGTERM twice at once. The repeat must not cut the flush
 /// short (seen on the device: a Swin-T loop under `timeout 15 fuseprof collect` ended without
-/// its final flush); a repeat after the duplicate window still ends the program at once.
+/// its final flush).
 #[test]
 fn sigterm_delivered_twice_at_once_still_ends_with_a_complete_flush() {
-    use std::io::{BufRead, BufReader};
     use std::os::unix::process::ExitStatusExt;
-    use std::process::Stdio;
 
-    let dir = tempfile::tempdir().unwrap();
-    let spool = dir.path().join("spool");
-    std::fs::create_dir(&spool).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_signal-loop"))
-        .env("NVTX_INJECTION64_PATH", tracer())
-        .env("FUSEPROF_SPOOL_DIR", &spool)
-        .env("FUSEPROF_TEST_SIGNAL_FLUSH_DELAY_MS", "300")
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert_eq!(line.trim(), "ready");
-    for _ in 0..2 {
-        // SAFETY: sends SIGTERM to the child just spawned; the second arrives while the first
-        // one's flush (300 ms here) is under way.
-        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    let (dir, spool, mut child) =
+        start_signal_loop(&[("FUSEPROF_TEST_SIGNAL_FLUSH_DELAY_MS", "300")]);
+    // The second arrives while the first one's flush (300 ms here) is under way.
+    sigterm(&child);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    sigterm(&child);
     let status = child.wait().unwrap();
     assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
-
-    let run = dir.path().join("run.sqlite");
-    let (counts, warnings) =
-        fuseprof_collector::collect::ingest_spool_dir_with_warnings(&spool, &run).unwrap();
+    let (counts, warnings) = ingest(&dir, &spool);
     assert!(
         !warnings.iter().any(|w| w.contains("without a final flush")),
         "{warnings:?}"
     );
     assert!(counts.ranges >= 100, "{counts:?}");
+}
+
+/// A second SIGTERM after the duplicate window (500 ms) means "now": the program ends without
+/// waiting for the flush still under way (5 s here), and the run says so.
+#[test]
+fn a_later_second_sigterm_ends_the_program_at_once() {
+    use std::os::unix::process::ExitStatusExt;
+
+    let (dir, spool, mut child) =
+        start_signal_loop(&[("FUSEPROF_TEST_SIGNAL_FLUSH_DELAY_MS", "5000")]);
+    sigterm(&child);
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    let second = std::time::Instant::now();
+    sigterm(&child);
+    let status = child.wait().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
+    assert!(
+        second.elapsed() < std::time::Duration::from_secs(2),
+        "{:?}",
+        second.elapsed()
+    );
+    let (_, warnings) = ingest(&dir, &spool);
+    assert!(
+        warnings.iter().any(|w| w.contains("without a final flush")),
+        "{warnings:?}"
+    );
 }
 
 /// A program that crashes (a real SIGSEGV, or abort) right after recording keeps every record it
