@@ -177,13 +177,27 @@ fn sigterm(child: &std::process::Child) {
     unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
 }
 
-/// The spool ingested into a run: its counts and the warnings `collect` would print.
-fn ingest(
+/// Waits for the child to end by SIGTERM and ingests its spool into a run: the run's counts, the
+/// warnings `collect` would print, and how long the wait took.
+fn ended_by_sigterm(
+    mut child: std::process::Child,
     dir: &tempfile::TempDir,
     spool: &std::path::Path,
-) -> (fuseprof_store::Counts, Vec<String>) {
+) -> (fuseprof_store::Counts, Vec<String>, std::time::Duration) {
+    use std::os::unix::process::ExitStatusExt;
+
+    let started = std::time::Instant::now();
+    let status = child.wait().unwrap();
+    let waited = started.elapsed();
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
     let run = dir.path().join("run.sqlite");
-    fuseprof_collector::collect::ingest_spool_dir_with_warnings(spool, &run).unwrap()
+    let (counts, warnings) =
+        fuseprof_collector::collect::ingest_spool_dir_with_warnings(spool, &run).unwrap();
+    (counts, warnings, waited)
+}
+
+fn final_flush_missing(warnings: &[String]) -> bool {
+    warnings.iter().any(|w| w.contains("without a final flush"))
 }
 
 /// SIGTERM to a traced program (default action) ends it with SIGTERM and a complete run: the
@@ -193,25 +207,12 @@ fn ingest(
 /// the handler could never finish here: the previous tracer lost every record of such a run.
 #[test]
 fn sigterm_keeps_every_record_even_when_the_flush_needs_the_interrupted_thread() {
-    use std::os::unix::process::ExitStatusExt;
-
-    let (dir, spool, mut child) =
-        start_signal_loop(&[("FUSEPROF_TEST_FLUSH_WAITS_FOR_PROGRAM", "1")]);
+    let (dir, spool, child) = start_signal_loop(&[("FUSEPROF_TEST_FLUSH_WAITS_FOR_PROGRAM", "1")]);
     sigterm(&child);
-    let started = std::time::Instant::now();
-    let status = child.wait().unwrap();
-    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
+    let (counts, warnings, waited) = ended_by_sigterm(child, &dir, &spool);
     // The flush did not wait for the 10 s watchdog (nor a 3 s in-handler timeout).
-    assert!(
-        started.elapsed() < std::time::Duration::from_secs(3),
-        "{:?}",
-        started.elapsed()
-    );
-    let (counts, warnings) = ingest(&dir, &spool);
-    assert!(
-        !warnings.iter().any(|w| w.contains("without a final flush")),
-        "{warnings:?}"
-    );
+    assert!(waited < std::time::Duration::from_secs(3), "{waited:?}");
+    assert!(!final_flush_missing(&warnings), "{warnings:?}");
     assert!(counts.ranges >= 100, "{counts:?}");
 }
 
@@ -221,21 +222,13 @@ fn sigterm_keeps_every_record_even_when_the_flush_needs_the_interrupted_thread()
 /// its final flush).
 #[test]
 fn sigterm_delivered_twice_at_once_still_ends_with_a_complete_flush() {
-    use std::os::unix::process::ExitStatusExt;
-
-    let (dir, spool, mut child) =
-        start_signal_loop(&[("FUSEPROF_TEST_SIGNAL_FLUSH_DELAY_MS", "300")]);
+    let (dir, spool, child) = start_signal_loop(&[("FUSEPROF_TEST_SIGNAL_FLUSH_DELAY_MS", "300")]);
     // The second arrives while the first one's flush (300 ms here) is under way.
     sigterm(&child);
     std::thread::sleep(std::time::Duration::from_millis(50));
     sigterm(&child);
-    let status = child.wait().unwrap();
-    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
-    let (counts, warnings) = ingest(&dir, &spool);
-    assert!(
-        !warnings.iter().any(|w| w.contains("without a final flush")),
-        "{warnings:?}"
-    );
+    let (counts, warnings, _) = ended_by_sigterm(child, &dir, &spool);
+    assert!(!final_flush_missing(&warnings), "{warnings:?}");
     assert!(counts.ranges >= 100, "{counts:?}");
 }
 
@@ -243,26 +236,13 @@ fn sigterm_delivered_twice_at_once_still_ends_with_a_complete_flush() {
 /// waiting for the flush still under way (5 s here), and the run says so.
 #[test]
 fn a_later_second_sigterm_ends_the_program_at_once() {
-    use std::os::unix::process::ExitStatusExt;
-
-    let (dir, spool, mut child) =
-        start_signal_loop(&[("FUSEPROF_TEST_SIGNAL_FLUSH_DELAY_MS", "5000")]);
+    let (dir, spool, child) = start_signal_loop(&[("FUSEPROF_TEST_SIGNAL_FLUSH_DELAY_MS", "5000")]);
     sigterm(&child);
     std::thread::sleep(std::time::Duration::from_millis(800));
-    let second = std::time::Instant::now();
     sigterm(&child);
-    let status = child.wait().unwrap();
-    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status:?}");
-    assert!(
-        second.elapsed() < std::time::Duration::from_secs(2),
-        "{:?}",
-        second.elapsed()
-    );
-    let (_, warnings) = ingest(&dir, &spool);
-    assert!(
-        warnings.iter().any(|w| w.contains("without a final flush")),
-        "{warnings:?}"
-    );
+    let (_, warnings, waited) = ended_by_sigterm(child, &dir, &spool);
+    assert!(waited < std::time::Duration::from_secs(2), "{waited:?}");
+    assert!(final_flush_missing(&warnings), "{warnings:?}");
 }
 
 /// A program that crashes (a real SIGSEGV, or abort) right after recording keeps every record it
