@@ -70,14 +70,16 @@ if [[ $STEP == longsweep ]]; then
   done <<'SETS'
 
 LONG_WGMMA=1
-LONG_WGMMA=1 WG_V_SWAP=1
+LONG_WGMMA=1 WG_TAIL=1
 LONG_WGMMA=1 LONG_RING=4
+LONG_WGMMA=1 WG_MIN_BLOCKS=1
 SETS
 fi
 if [[ $STEP == wgcheck ]]; then
   # The quickest test of fmha_fwd_long_wg: the attention checks under both readings of its V
-  # descriptor (WG_V_SWAP 0 / 1, two processes at once), then the sweep's times for the one
-  # that passes.
+  # descriptor (WG_V_SWAP 0 / 1, two processes at once); for the one that passes, the checks
+  # with the narrow last block (WG_TAIL=1), then the sweep's times of both and of the default,
+  # in the same call.
   for sw in 0 1; do
     (FUSEPROF_KERNELS_DEFINES="LONG_WGMMA=1 WG_V_SWAP=$sw" CHECK_ONLY=attention timeout 120 \
       python3 kernels/bench/gpu_check.py --mode check > "$OUT/check_wg_swap$sw.log" 2>&1) &
@@ -87,9 +89,13 @@ if [[ $STEP == wgcheck ]]; then
   ok=$(grep -l "CHECKS: \([0-9]*\)/\1 passed" "$OUT"/check_wg_swap*.log | head -1 | sed 's/.*swap\([01]\).log/\1/')
   echo "passing: WG_V_SWAP=${ok:-none}"
   if [[ -n $ok ]]; then
-    FUSEPROF_KERNELS_DEFINES="LONG_WGMMA=1 WG_V_SWAP=$ok" timeout 90 python3 kernels/bench/gpu_check.py --mode sweep 2>&1 \
-      | grep -E "SWEEP|rror" | tail -2
-    timeout 90 python3 kernels/bench/gpu_check.py --mode sweep 2>&1 | grep -E "SWEEP|rror" | tail -2  # default, same call
+    FUSEPROF_KERNELS_DEFINES="LONG_WGMMA=1 WG_V_SWAP=$ok WG_TAIL=1" CHECK_ONLY=attention timeout 120 \
+      python3 kernels/bench/gpu_check.py --mode check > "$OUT/check_wg_tail.log" 2>&1
+    echo "== WG_TAIL=1"; grep -E "^FAIL|CHECKS|rror" "$OUT/check_wg_tail.log" | head -8
+    for defs in "LONG_WGMMA=1 WG_V_SWAP=$ok" "LONG_WGMMA=1 WG_V_SWAP=$ok WG_TAIL=1" ""; do
+      FUSEPROF_KERNELS_DEFINES="$defs" timeout 90 python3 kernels/bench/gpu_check.py --mode sweep 2>&1 \
+        | grep -E "SWEEP|rror" | tail -2
+    done
   fi
 fi
 if [[ $STEP == profile ]]; then

@@ -661,9 +661,10 @@ __device__ __forceinline__ void wg_load_tile(unsigned char* dst, const u16* __re
     }
 }
 
-__device__ __forceinline__ void wg_fence_acc(float* d) {
+template <int R>
+__device__ __forceinline__ void wg_fence_acc(float* d) {  // keeps the compiler off the accumulators
 #pragma unroll
-    for (int i = 0; i < 32; ++i) asm volatile("" : "+f"(d[i])::"memory");
+    for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
@@ -675,8 +676,30 @@ __device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.s
 #define WG_TYPES "f32.f16.f16"
 #endif
 
-// d (+)= A B, m64n64k16: A (64 x 16, K-major) and B (16 x 64, K-major) from shared memory.
-__device__ __forceinline__ void wgmma_ss(float* d, u64 da, u64 db, int accumulate) {
+// d (+)= A B, m64nNk16: A (64 x 16, K-major) and B (16 x N, K-major) from shared memory; d holds
+// N / 2 accumulators per thread.
+template <int N>
+__device__ __forceinline__ void wgmma_ss(float* d, u64 da, u64 db, int accumulate);
+template <>
+__device__ __forceinline__ void wgmma_ss<16>(float* d, u64 da, u64 db, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16." WG_TYPES " "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "l"(da), "l"(db), "r"(accumulate));
+}
+template <>
+__device__ __forceinline__ void wgmma_ss<32>(float* d, u64 da, u64 db, int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16." WG_TYPES " "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(da), "l"(db), "r"(accumulate));
+}
+template <>
+__device__ __forceinline__ void wgmma_ss<64>(float* d, u64 da, u64 db, int accumulate) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k16." WG_TYPES " "
@@ -694,6 +717,95 @@ __device__ __forceinline__ void wgmma_rs_tb(float* d, const u32 a[4], u64 db) {
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+
+// Tuning constant: 1 computes a last key block with at most 16 or 32 keys < N with an m64n16 or
+// m64n32 S and as many P V steps (ViT: 5 keys in its last block of 64), 0 computes it whole.
+#ifndef WG_TAIL
+#define WG_TAIL 0
+#endif
+
+struct WgState {
+    float o[32];  // O accumulators: o[4j + 0, 1] row g, columns 8j + 2tq + {0, 1}; o[4j + 2, 3] row g + 8
+    float m0, m1, l0, l1;
+};
+
+// One block of NK keys (16, 32 or 64) for this warpgroup's 64 rows: S = Q K^T on wgmma, online
+// softmax in registers, O += P V on wgmma. kadd: the block's per-key terms (-inf past N).
+template <int NK>
+__device__ __forceinline__ void wg_block(WgState& st, u32 q_addr, u32 k_addr, u32 v_addr, const float* kadd,
+                                         float scale_log2, int tq) {
+    float s[NK / 2];
+#pragma unroll
+    for (int i = 0; i < NK / 2; ++i) s[i] = 0.f;
+    // S = Q K^T: four k16 steps over head_dim (2 column chunks = 256 bytes each).
+    wg_fence_acc<NK / 2>(s);
+    wgmma_fence();
+#pragma unroll
+    for (int t = 0; t < HEAD_DIM / 16; ++t)
+        wgmma_ss<NK>(s, wg_desc(q_addr + t * 256, 128, 1024), wg_desc(k_addr + t * 256, 128, 1024), t);
+    wgmma_commit();
+    wgmma_wait0();
+    wg_fence_acc<NK / 2>(s);
+    // Online softmax on rows g and g + 8 of this warp's 16 (the mma.sync C layout: s[4j + 0, 1]
+    // row g, keys 8j + 2tq + {0, 1}; s[4j + 2, 3] row g + 8).
+    float bm0 = NEG_INF, bm1 = NEG_INF;
+#pragma unroll
+    for (int j = 0; j < NK / 8; ++j) {
+        const float2 ka = *reinterpret_cast<const float2*>(&kadd[j * 8 + 2 * tq]);
+        s[4 * j + 0] = s[4 * j + 0] * scale_log2 + ka.x;
+        s[4 * j + 1] = s[4 * j + 1] * scale_log2 + ka.y;
+        s[4 * j + 2] = s[4 * j + 2] * scale_log2 + ka.x;
+        s[4 * j + 3] = s[4 * j + 3] * scale_log2 + ka.y;
+        bm0 = fmaxf(bm0, fmaxf(s[4 * j + 0], s[4 * j + 1]));
+        bm1 = fmaxf(bm1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+    }
+    bm0 = fmaxf(bm0, __shfl_xor_sync(0xffffffffu, bm0, 1));
+    bm0 = fmaxf(bm0, __shfl_xor_sync(0xffffffffu, bm0, 2));
+    bm1 = fmaxf(bm1, __shfl_xor_sync(0xffffffffu, bm1, 1));
+    bm1 = fmaxf(bm1, __shfl_xor_sync(0xffffffffu, bm1, 2));
+    const float n0 = fmaxf(st.m0, bm0), n1 = fmaxf(st.m1, bm1);
+    // A row whose terms are all -inf so far keeps m = -inf, is rescaled by 1 and subtracts 0
+    // (its l and o stay 0).
+    const float a0 = n0 == NEG_INF ? 1.f : ex2_approx(st.m0 - n0);
+    const float a1 = n1 == NEG_INF ? 1.f : ex2_approx(st.m1 - n1);
+    st.m0 = n0;
+    st.m1 = n1;
+    const float sub0 = n0 == NEG_INF ? 0.f : n0, sub1 = n1 == NEG_INF ? 0.f : n1;
+    st.l0 *= a0;
+    st.l1 *= a1;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        st.o[4 * j + 0] *= a0; st.o[4 * j + 1] *= a0;
+        st.o[4 * j + 2] *= a1; st.o[4 * j + 3] *= a1;
+    }
+#pragma unroll
+    for (int j = 0; j < NK / 8; ++j) {
+        s[4 * j + 0] = ex2_approx(s[4 * j + 0] - sub0);
+        s[4 * j + 1] = ex2_approx(s[4 * j + 1] - sub0);
+        s[4 * j + 2] = ex2_approx(s[4 * j + 2] - sub1);
+        s[4 * j + 3] = ex2_approx(s[4 * j + 3] - sub1);
+        st.l0 += s[4 * j + 0] + s[4 * j + 1];
+        st.l1 += s[4 * j + 2] + s[4 * j + 3];
+    }
+    // O += P V: one k16 step per 16 keys (2 row groups = 2048 bytes each).
+    u32 pa[NK / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < NK / 16; ++kk) {
+        pa[kk][0] = pack2(s[8 * kk + 0], s[8 * kk + 1]);
+        pa[kk][1] = pack2(s[8 * kk + 2], s[8 * kk + 3]);
+        pa[kk][2] = pack2(s[8 * kk + 4], s[8 * kk + 5]);
+        pa[kk][3] = pack2(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+    wg_fence_acc<32>(st.o);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < NK / 16; ++kk)
+        wgmma_rs_tb(st.o, pa[kk], WG_V_SWAP ? wg_desc(v_addr + kk * 2048, 128, 1024)
+                                            : wg_desc(v_addr + kk * 2048, 1024, 128));
+    wgmma_commit();
+    wgmma_wait0();
+    wg_fence_acc<32>(st.o);
 }
 
 extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS) fmha_fwd_long_wg(FMHA_PARAMS) {
@@ -734,10 +846,10 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS) fmha_fwd
         for (int kb = 0; kb < n_first; ++kb) kadd[kb][tid] = key_add(kp, kb * BLOCK_N + tid, N);
     }
 
-    float o[32];
+    WgState st;
 #pragma unroll
-    for (int i = 0; i < 32; ++i) o[i] = 0.f;
-    float m0 = NEG_INF, m1 = NEG_INF, l0 = 0.f, l1 = 0.f;
+    for (int i = 0; i < 32; ++i) st.o[i] = 0.f;
+    st.m0 = NEG_INF; st.m1 = NEG_INF; st.l0 = 0.f; st.l1 = 0.f;
     const u32 q_addr = smem_addr(Qt + wg * WG_TILE);
     for (int kb = 0; kb < n_kblocks; ++kb) {
         const int stage = kb % n_ring;
@@ -748,72 +860,14 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS) fmha_fwd
         if (active) {
             const u32 k_addr = smem_addr(Kt + stage * WG_TILE);
             const u32 v_addr = smem_addr(Vt + stage * WG_TILE);
-            float s[32];
-#pragma unroll
-            for (int i = 0; i < 32; ++i) s[i] = 0.f;
-            // S = Q K^T: four k16 steps over head_dim (2 column chunks = 256 bytes each).
-            wg_fence_acc(s);
-            wgmma_fence();
-#pragma unroll
-            for (int t = 0; t < HEAD_DIM / 16; ++t)
-                wgmma_ss(s, wg_desc(q_addr + t * 256, 128, 1024), wg_desc(k_addr + t * 256, 128, 1024), t);
-            wgmma_commit();
-            wgmma_wait0();
-            wg_fence_acc(s);
-            // Online softmax on rows g and g + 8 of this warp's 16 (the mma.sync C layout:
-            // s[4j + 0, 1] row g, keys 8j + 2tq + {0, 1}; s[4j + 2, 3] row g + 8).
-            float bm0 = NEG_INF, bm1 = NEG_INF;
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                const float2 ka = *reinterpret_cast<const float2*>(&kadd[stage][j * 8 + 2 * tq]);
-                s[4 * j + 0] = s[4 * j + 0] * scale_log2 + ka.x;
-                s[4 * j + 1] = s[4 * j + 1] * scale_log2 + ka.y;
-                s[4 * j + 2] = s[4 * j + 2] * scale_log2 + ka.x;
-                s[4 * j + 3] = s[4 * j + 3] * scale_log2 + ka.y;
-                bm0 = fmaxf(bm0, fmaxf(s[4 * j + 0], s[4 * j + 1]));
-                bm1 = fmaxf(bm1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+            const int keys = N - kb * BLOCK_N;  // keys < N in this block (uniform)
+            if (WG_TAIL && keys <= 16) {
+                wg_block<16>(st, q_addr, k_addr, v_addr, kadd[stage], scale_log2, tq);
+            } else if (WG_TAIL && keys <= 32) {
+                wg_block<32>(st, q_addr, k_addr, v_addr, kadd[stage], scale_log2, tq);
+            } else {
+                wg_block<64>(st, q_addr, k_addr, v_addr, kadd[stage], scale_log2, tq);
             }
-            bm0 = fmaxf(bm0, __shfl_xor_sync(0xffffffffu, bm0, 1));
-            bm0 = fmaxf(bm0, __shfl_xor_sync(0xffffffffu, bm0, 2));
-            bm1 = fmaxf(bm1, __shfl_xor_sync(0xffffffffu, bm1, 1));
-            bm1 = fmaxf(bm1, __shfl_xor_sync(0xffffffffu, bm1, 2));
-            const float n0 = fmaxf(m0, bm0), n1 = fmaxf(m1, bm1);
-            // A row whose terms are all -inf so far keeps m = -inf, is rescaled by 1 and
-            // subtracts 0 (its l and o stay 0).
-            const float a0 = n0 == NEG_INF ? 1.f : ex2_approx(m0 - n0);
-            const float a1 = n1 == NEG_INF ? 1.f : ex2_approx(m1 - n1);
-            m0 = n0; m1 = n1;
-            const float sub0 = n0 == NEG_INF ? 0.f : n0, sub1 = n1 == NEG_INF ? 0.f : n1;
-            l0 *= a0; l1 *= a1;
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                o[4 * j + 0] *= a0; o[4 * j + 1] *= a0;
-                o[4 * j + 2] *= a1; o[4 * j + 3] *= a1;
-                s[4 * j + 0] = ex2_approx(s[4 * j + 0] - sub0);
-                s[4 * j + 1] = ex2_approx(s[4 * j + 1] - sub0);
-                s[4 * j + 2] = ex2_approx(s[4 * j + 2] - sub1);
-                s[4 * j + 3] = ex2_approx(s[4 * j + 3] - sub1);
-                l0 += s[4 * j + 0] + s[4 * j + 1];
-                l1 += s[4 * j + 2] + s[4 * j + 3];
-            }
-            // O += P V: four k16 steps over the block's keys (2 row groups = 2048 bytes each).
-            u32 pa[4][4];
-#pragma unroll
-            for (int kk = 0; kk < 4; ++kk) {
-                pa[kk][0] = pack2(s[8 * kk + 0], s[8 * kk + 1]);
-                pa[kk][1] = pack2(s[8 * kk + 2], s[8 * kk + 3]);
-                pa[kk][2] = pack2(s[8 * kk + 4], s[8 * kk + 5]);
-                pa[kk][3] = pack2(s[8 * kk + 6], s[8 * kk + 7]);
-            }
-            wg_fence_acc(o);
-            wgmma_fence();
-#pragma unroll
-            for (int kk = 0; kk < 4; ++kk)
-                wgmma_rs_tb(o, pa[kk], WG_V_SWAP ? wg_desc(v_addr + kk * 2048, 128, 1024)
-                                                 : wg_desc(v_addr + kk * 2048, 1024, 128));
-            wgmma_commit();
-            wgmma_wait0();
-            wg_fence_acc(o);
         }
         const int next = kb + n_ring;
         if (next < n_kblocks) {
@@ -829,8 +883,8 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS) fmha_fwd
     if (active) {
         u16(*scratch)[SROW] = reinterpret_cast<u16(*)[SROW]>(wsmem);
         const int srow = wg * 64 + wwarp * 16;
-        store_tile(reinterpret_cast<const float(*)[4]>(o), l0, l1, scratch, srow, out, b, h, N, H, q0 + srow, g,
-                   tq, lane);
+        store_tile(reinterpret_cast<const float(*)[4]>(st.o), st.l0, st.l1, scratch, srow, out, b, h, N, H,
+                   q0 + srow, g, tq, lane);
     }
 }
 #endif
