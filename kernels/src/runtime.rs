@@ -90,6 +90,11 @@ impl Source {
         if self == Source::Fmha {
             o.push(format!("-DHEAD_DIM={variant}"));
         }
+        if arch.ends_with('a') {
+            // Kernels that need the arch-specific features (wgmma) test this as well as
+            // NVRTC's own __CUDA_ARCH_FEAT_* macros.
+            o.push("-DFUSEPROF_ARCH_FEATURES=1".to_string());
+        }
         o.extend(tuning_defines().iter().map(|(k, v)| format!("-D{k}={v}")));
         o
     }
@@ -682,7 +687,11 @@ mod tests {
 
     #[test]
     fn compile_options_name_arch_dtype_and_head_dim() {
+        assert!(Source::Fmha
+            .compile_options(DType::F16, 64, "compute_90a")
+            .contains(&"-DFUSEPROF_ARCH_FEATURES=1".to_string()));
         let o = Source::Fmha.compile_options(DType::BF16, 64, "compute_90");
+        assert!(!o.iter().any(|x| x.contains("ARCH_FEATURES")));
         assert!(o.contains(&"--gpu-architecture=compute_90".to_string()));
         assert!(o.contains(&"-DFP_BF16=1".to_string()));
         assert!(o.contains(&"-DHEAD_DIM=64".to_string()));

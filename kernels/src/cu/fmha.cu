@@ -619,8 +619,12 @@ extern "C" __global__ void __launch_bounds__(NWARPS * 32, LONG_MIN_BLOCKS) fmha_
 // 128-byte core matrix, the 8 column chunks of a row group side by side (LBO 128 bytes along K,
 // SBO 1024 bytes between row groups). Head dim 64 only, no per-row bias or mask (the launcher
 // falls back to fmha_fwd_long for those). Built only when NVRTC targets compute_90a
-// (__CUDA_ARCH_FEAT_SM90_ALL), i.e. with LONG_WGMMA=1 on an sm_90 GPU.
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL) && HEAD_DIM == 64
+// (__CUDA_ARCH_FEAT_SM90_ALL, or FUSEPROF_ARCH_FEATURES from the launcher), i.e. with
+// LONG_WGMMA=1 on an sm_90 GPU.
+#ifndef FUSEPROF_ARCH_FEATURES
+#define FUSEPROF_ARCH_FEATURES 0  // the launcher sets 1 when it targets an `a` architecture
+#endif
+#if (defined(__CUDA_ARCH_FEAT_SM90_ALL) || FUSEPROF_ARCH_FEATURES) && HEAD_DIM == 64
 typedef unsigned long long u64;
 #define WG_THREADS 256
 #define WG_TILE 8192  // bytes of one 64-row x 64-column tile
