@@ -63,7 +63,7 @@ if [[ $STEP == longsweep ]]; then
   while read -r defs; do
     echo "== [$defs]"
     nvcc -arch=sm_90a -cubin -o /tmp/k.cubin -Xptxas -v -DFP_BF16=0 -DHEAD_DIM=64 $(for d in $defs; do echo -D$d; done) \
-      /tmp/k_fmha.cu 2>&1 | grep -E -A3 "error|entry function .fmha_fwd_long" | grep -E "error|Compiling|registers|spill" | head -8
+      /tmp/k_fmha.cu 2>&1 | grep -E -A3 "error|warn|entry function .fmha_fwd_long" | grep -E "error|warn|Compiling|registers|spill" | head -10
     FUSEPROF_KERNELS_DEFINES="$defs" CHECK_ONLY=attention timeout 120 python3 kernels/bench/gpu_check.py --mode check 2>&1 \
       | grep -E "^FAIL|CHECKS" | head -5
     FUSEPROF_KERNELS_DEFINES="$defs" timeout 90 python3 kernels/bench/gpu_check.py --mode sweep 2>&1 | grep -E "SWEEP|Error|error" | tail -2
@@ -80,6 +80,11 @@ if [[ $STEP == wgcheck ]]; then
   # descriptor (WG_V_SWAP 0 / 1, two processes at once); for the one that passes, the checks
   # with the narrow last block (WG_TAIL=1), then the sweep's times of both and of the default,
   # in the same call.
+  { cat kernels/src/cu/common.cuh; echo "#line 1 \"fmha.cu\""; cat kernels/src/cu/fmha.cu; } > /tmp/k_fmha.cu
+  for t in 0 1; do  # registers, spills, and ptxas's word if it serialises the wgmma chain
+    nvcc -arch=sm_90a -cubin -o /tmp/k.cubin -Xptxas -v -DFP_BF16=0 -DHEAD_DIM=64 -DWG_TAIL=$t /tmp/k_fmha.cu 2>&1 \
+      | grep -E -A3 "error|warn|entry function .fmha_fwd_long_wg" | grep -E "error|warn|Compiling|registers|spill" | head -6
+  done
   for sw in 0 1; do
     (FUSEPROF_KERNELS_DEFINES="LONG_WGMMA=1 WG_V_SWAP=$sw" CHECK_ONLY=attention timeout 120 \
       python3 kernels/bench/gpu_check.py --mode check > "$OUT/check_wg_swap$sw.log" 2>&1) &
