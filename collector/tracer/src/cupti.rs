@@ -260,7 +260,7 @@ pub fn start(t: &'static Tracer) {
             sys::cuptiActivityFlushPeriod(period);
         }
     }
-    prefill_pool();
+    top_up_pool();
     if CAPTURING.load(Ordering::Acquire) {
         enable_recorded(true, t);
     }
@@ -504,8 +504,9 @@ fn new_buffer() -> *mut u8 {
     p
 }
 
-/// Refills the pool on the writer thread, so that CUPTI's buffer requests (made on the
-/// program's threads) never allocate and fault in a fresh buffer there.
+/// Fills the pool up to POOL_PREFILL buffers: when tracing starts, then on the writer thread, so
+/// that CUPTI's buffer requests (made on the program's threads) never allocate and fault in a
+/// fresh buffer there.
 pub fn top_up_pool() {
     if !ACTIVE.load(Ordering::Acquire) {
         return;
@@ -519,16 +520,6 @@ pub fn top_up_pool() {
             return;
         }
         free_buffer(p);
-    }
-}
-
-fn prefill_pool() {
-    let mut fresh: Vec<usize> = (0..POOL_PREFILL)
-        .map(|_| new_buffer() as usize)
-        .filter(|&p| p != 0)
-        .collect();
-    if let Ok(mut pool) = POOL.lock() {
-        pool.append(&mut fresh);
     }
 }
 

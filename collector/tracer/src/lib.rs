@@ -564,8 +564,9 @@ extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     let Some(old) = old_action(sig) else { return };
     let t = tracer_with_writer();
     if old.sa_sigaction == libc::SIG_DFL && t.is_some() {
-        let now = now_ns(); // clock_gettime: async-signal-safe
-                            // The first arrival's time, set before the signal so a concurrent repeat reads it.
+        // clock_gettime is async-signal-safe. The first arrival's time is set before the
+        // signal, so that a concurrent repeat reads it.
+        let now = now_ns();
         let _ = PENDING_SIGNAL_AT_NS.compare_exchange(0, now, Ordering::AcqRel, Ordering::Acquire);
         match PENDING_SIGNAL.compare_exchange(0, sig, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => {}
