@@ -138,6 +138,10 @@ def check_attention(dtype, small):
         ("attn N=65 d=64 no mask (the second 64 rows hold one)", 3, 65, 2, 64, False, None, 0),
         ("attn N=129 d=64 no mask (a 128-row block with one row)", 2, 129, 2, 64, False, None, 0),
         ("attn N=300 d=64 kpm batch 1 (5 key blocks through the ring)", 1, 300, 3, 64, False, "kpm", 0),
+        # more items than resident CTAs, with gridDim.x not a multiple of the query blocks or
+        # heads: the persistent wgmma kernel's item stride carries across all three digits
+        ("attn N=600 d=64 kpm 20x3 heads (10 key blocks, 300 items)", 2 if small else 20, 600, 3, 64, False, "kpm", 0),
+        ("attn N=197 d=64 64x5 heads (640 items)", 4 if small else 64, 197, 5, 64, False, None, 0),
         ("attn N=64 d=64 bias+mask (72 KB smem window kernel)", 10, 64, 4, 64, True, "win", 3),
         ("attn N=49 no bias no mask", 50, 49, 3, 32, False, None, 0),
         ("attn N=20 d=64 mask only", 7, 20, 2, 64, False, "win", 2),
@@ -441,7 +445,8 @@ def sweep():
     mask = torch.zeros(64, N, N, device=DEV).to(h)
     add = fk.attention_add(H, N, bias=bias, window_mask=mask)
     put("window_fmha_s1", bench_ms(lambda: fk.attention(qkv, H, N, add=add)), 4 * nw * N * C * 2)
-    for name, B, N, use_kpm in (("vit", 64, 197, False), ("bert_kpm", 64, 128, True), ("bert", 64, 128, False)):
+    for name, B, N, use_kpm in (("vit", 64, 197, False), ("bert_kpm", 64, 128, True), ("bert", 64, 128, False),
+                                ("bert384_kpm", 64, 384, True)):
         qkv = torch.randn(B * N, 3 * 768, device=DEV, dtype=h)
         kpm = key_padding_mask(B, N, h) if use_kpm else None
         res[name + "_fmha_us"] = round(bench_ms(lambda: fk.attention(qkv, 12, N, key_padding_mask=kpm)) * 1e3, 2)
@@ -540,8 +545,12 @@ def bench_all():
             return F.scaled_dot_product_attention(xx[0], xx[1], xx[2], attn_mask=m4).transpose(1, 2).reshape(B * N, C)
         sc = try_ms(sdpa_chain)
         io = 4 * B * N * C * 2
+        # which of ours ran: the launcher's rule (kernels/src/attention.rs, wgmma_eligible)
+        wg = (N > 128 and torch.cuda.get_device_capability() == (9, 0)
+              and "LONG_WGMMA=0" not in os.environ.get("FUSEPROF_KERNELS_DEFINES", ""))
         row("fMHA " + label, f"{B}x{H}x{N}x{d}", ours, e, c, s, io, 4 * B * H * N * N * d, copy_gbps,
-            note=f"sdpa best={sname} (kernel only, q/k/v views); sdpa default + output transpose "
+            note=f"ours={'fmha_fwd_long_wg' if wg else 'fmha_fwd_long'}; "
+                 f"sdpa best={sname} (kernel only, q/k/v views); sdpa default + output transpose "
                  f"{sc * 1e3 if sc else float('nan'):.1f} us",
             extra=dict(sdpa_chain_us=sc * 1e3 if sc else None))
 

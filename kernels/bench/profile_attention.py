@@ -4,7 +4,8 @@
         python3 kernels/bench/profile_attention.py [window|vit|bert|all]
 
 (window: Swin-T stage 1 on the precombined bias+mask; vit: 64x12x197x64; bert: 64x12x128x64
-with a key-padding mask). Needs FUSEPROF_KERNELS_LIB (see fuseprof_kernels.py).
+with a key-padding mask; vit_sdpa: the ViT shape on SDPA's cuDNN backend, on the same strided
+views of the qkv tensor the benchmark gives it, for comparison). Needs FUSEPROF_KERNELS_LIB (see fuseprof_kernels.py).
 """
 import os
 import sys
@@ -38,5 +39,14 @@ if which in ("bert", "all"):
     kpm = key_padding_mask(B, N, h)
     for _ in range(reps):
         fk.attention(qkv, H, N, key_padding_mask=kpm)
+if which == "vit_sdpa":
+    import torch.nn.functional as F
+    from torch.nn.attention import sdpa_kernel, SDPBackend
+    B, N, H, d = 64, 197, 12, 64
+    qkv = torch.randn(B * N, 3 * H * d, device=DEV, dtype=h)
+    x = qkv.view(B, N, 3, H, d).permute(2, 0, 3, 1, 4)
+    with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+        for _ in range(reps):
+            F.scaled_dot_product_attention(x[0], x[1], x[2])
 torch.cuda.synchronize()
 print("done", which)

@@ -1,7 +1,7 @@
 #!/bin/bash
 # One device call: resource report (nvcc), correctness, benchmarks, compute-sanitizer.
 # Run from the repository root with the release cdylib at .dev-kernels/libfuseprof_kernels.so:
-#   bash kernels/bench/run_device.sh [check|bench|sanitize|all|sweep|longsweep|wgcheck|profile]
+#   bash kernels/bench/run_device.sh [check|bench|sanitize|all|sweep|longsweep|wgcheck|sets|profile]
 set -u
 STEP=${1:-all}
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
@@ -16,7 +16,8 @@ if [[ $STEP == all || $STEP == check ]]; then
     [[ $f != fmha && $hd == 64 ]] && continue
     { cat kernels/src/cu/common.cuh; echo "#line 1 \"$f.cu\""; cat kernels/src/cu/$f.cu; } > /tmp/k_$f.cu
     echo "== $f bf16=$bf head_dim=$hd"
-    nvcc -arch=sm_90 -cubin -o /tmp/k_$f.cubin -Xptxas -v -DFP_BF16=$bf -DHEAD_DIM=$hd /tmp/k_$f.cu 2>&1 \
+    arch=sm_90; [[ $f == fmha ]] && arch=sm_90a  # fmha_fwd_long_wg is built for sm_90a only
+    nvcc -arch=$arch -cubin -o /tmp/k_$f.cubin -Xptxas -v -DFP_BF16=$bf -DHEAD_DIM=$hd /tmp/k_$f.cu 2>&1 \
       | grep -E "error|warning|Compiling|registers|spill|stack" | sed 's/ptxas info    ://' | head -60
   done; done; done > "$OUT/nvcc.log" 2>&1
   grep -c error "$OUT/nvcc.log" | sed 's/^/nvcc error lines: /'
@@ -56,9 +57,8 @@ if [[ $STEP == longsweep ]]; then
   # fmha_fwd_long's tuning constants (FUSEPROF_KERNELS_DEFINES): registers and spills from nvcc,
   # the attention checks (fresh inputs, both dtypes) and the ViT / BERT times, each set in its
   # own process. The empty set is the default. LONG_WGMMA=1 runs fmha_fwd_long_wg (sm_90a) for
-  # the head_dim 64 calls; WG_V_SWAP=1 tries the other reading of its V descriptor's strides
-  # (kernels/NOTES.md round 5). Earlier sets (LONG_SUB, LONG_MIN_BLOCKS, LONG_RING) are in
-  # bench/results/longsweep-h100-2026-11-23.
+  # the head_dim 64 calls (kernels/NOTES.md rounds 5-6). Earlier sets (LONG_SUB, LONG_MIN_BLOCKS,
+  # LONG_RING) are in bench/results/longsweep-h100-2026-11-23.
   { cat kernels/src/cu/common.cuh; echo "#line 1 \"fmha.cu\""; cat kernels/src/cu/fmha.cu; } > /tmp/k_fmha.cu
   while read -r defs; do
     echo "== [$defs]"
@@ -70,38 +70,48 @@ if [[ $STEP == longsweep ]]; then
   done <<'SETS'
 
 LONG_WGMMA=1
-LONG_WGMMA=1 WG_TAIL=1
-LONG_WGMMA=1 LONG_RING=4
+LONG_WGMMA=1 WG_TAIL=0
+LONG_WGMMA=1 WG_RING=2
 LONG_WGMMA=1 WG_MIN_BLOCKS=1
 SETS
 fi
 if [[ $STEP == wgcheck ]]; then
-  # The quickest test of fmha_fwd_long_wg: the attention checks under both readings of its V
-  # descriptor (WG_V_SWAP 0 / 1, two processes at once); for the one that passes, the checks
-  # with the narrow last block (WG_TAIL=1), then the sweep's times of both and of the default,
-  # in the same call.
+  # fmha_fwd_long_wg (LONG_WGMMA=1): nvcc's report (registers, spills, ptxas warnings) for WG_RING
+  # 2 and 3; the attention checks with each ring (two processes at once); if both pass, memcheck
+  # and racecheck of the small attention checks, the sweep's times of the wgmma sets and of the
+  # default in the same call, and Nsight Compute on the ViT call (ncu_vit.summary.txt).
   { cat kernels/src/cu/common.cuh; echo "#line 1 \"fmha.cu\""; cat kernels/src/cu/fmha.cu; } > /tmp/k_fmha.cu
-  for t in 0 1; do  # registers, spills, and ptxas's word if it serialises the wgmma chain
-    nvcc -arch=sm_90a -cubin -o /tmp/k.cubin -Xptxas -v -DFP_BF16=0 -DHEAD_DIM=64 -DWG_TAIL=$t /tmp/k_fmha.cu 2>&1 \
+  for r in 2 3; do
+    nvcc -arch=sm_90a -cubin -o /tmp/k.cubin -Xptxas -v -DFP_BF16=0 -DHEAD_DIM=64 -DWG_RING=$r /tmp/k_fmha.cu 2>&1 \
       | grep -E -A3 "error|warn|entry function .fmha_fwd_long_wg" | grep -E "error|warn|Compiling|registers|spill" | head -6
   done
-  for sw in 0 1; do
-    (FUSEPROF_KERNELS_DEFINES="LONG_WGMMA=1 WG_V_SWAP=$sw" CHECK_ONLY=attention timeout 120 \
-      python3 kernels/bench/gpu_check.py --mode check > "$OUT/check_wg_swap$sw.log" 2>&1) &
+  for r in 2 3; do
+    (FUSEPROF_KERNELS_DEFINES="LONG_WGMMA=1 WG_RING=$r" CHECK_ONLY=attention timeout 120 \
+      python3 kernels/bench/gpu_check.py --mode check > "$OUT/check_wg_ring$r.log" 2>&1) &
   done
   wait
-  for sw in 0 1; do echo "== WG_V_SWAP=$sw"; grep -E "^FAIL|CHECKS|rror" "$OUT/check_wg_swap$sw.log" | head -8; done
-  ok=$(grep -l "CHECKS: \([0-9]*\)/\1 passed" "$OUT"/check_wg_swap*.log | head -1 | sed 's/.*swap\([01]\).log/\1/')
-  echo "passing: WG_V_SWAP=${ok:-none}"
-  if [[ -n $ok ]]; then
-    FUSEPROF_KERNELS_DEFINES="LONG_WGMMA=1 WG_V_SWAP=$ok WG_TAIL=1" CHECK_ONLY=attention timeout 120 \
-      python3 kernels/bench/gpu_check.py --mode check > "$OUT/check_wg_tail.log" 2>&1
-    echo "== WG_TAIL=1"; grep -E "^FAIL|CHECKS|rror" "$OUT/check_wg_tail.log" | head -8
-    for defs in "LONG_WGMMA=1 WG_V_SWAP=$ok" "LONG_WGMMA=1 WG_V_SWAP=$ok WG_TAIL=1" ""; do
+  for r in 2 3; do echo "== WG_RING=$r"; grep -E "^FAIL|CHECKS|rror" "$OUT/check_wg_ring$r.log" | head -8; done
+  if [[ $(grep -l "CHECKS: \([0-9]*\)/\1 passed" "$OUT"/check_wg_ring*.log | wc -l) == 2 ]]; then
+    export FUSEPROF_KERNELS_DEFINES="LONG_WGMMA=1"
+    for tool in memcheck racecheck; do
+      CHECK_ONLY=attention timeout 100 compute-sanitizer --tool $tool --print-limit 10 \
+        python3 kernels/bench/gpu_check.py --mode race > "$OUT/wg_$tool.log" 2>&1
+      echo "$tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|CHECKS" "$OUT/wg_$tool.log"
+    done
+    unset FUSEPROF_KERNELS_DEFINES
+    for defs in "LONG_WGMMA=1" "LONG_WGMMA=1 WG_RING=2" "LONG_WGMMA=1 WG_PERSIST=0" "LONG_WGMMA=1 WG_TAIL=0" ""; do
       FUSEPROF_KERNELS_DEFINES="$defs" timeout 90 python3 kernels/bench/gpu_check.py --mode sweep 2>&1 \
         | grep -E "SWEEP|rror" | tail -2
     done
+    FUSEPROF_KERNELS_DEFINES="LONG_WGMMA=1" PROFILE="vit" OUT=$OUT bash "$0" profile | grep -v "^name\|^NVIDIA"
   fi
+fi
+if [[ $STEP == sets ]]; then
+  # The sweep's times only, for each ';'-separated set of FUSEPROF_KERNELS_DEFINES in SETS.
+  IFS=';' read -ra sets <<< "${SETS:-}"
+  for defs in "${sets[@]}"; do
+    FUSEPROF_KERNELS_DEFINES="$defs" timeout 90 python3 kernels/bench/gpu_check.py --mode sweep 2>&1 | grep -E "SWEEP|rror" | tail -2
+  done
 fi
 if [[ $STEP == profile ]]; then
   # Nsight Compute on the attention kernels (PROFILE="window vit bert"): a summary per kernel
@@ -109,7 +119,8 @@ if [[ $STEP == profile ]]; then
   # full details pages and per-instruction SASS tables (sass_mix.py reads them) in ncu_full.tar.gz.
   mkdir -p /tmp/ncu_full
   for w in ${PROFILE:-window vit bert}; do
-    timeout 120 ncu --kernel-name regex:fmha_fwd --launch-skip 2 --launch-count 1 --set full \
+    kn=regex:fmha_fwd; [[ $w == *sdpa ]] && kn="regex:sdpa|fmha|flash|attn|cudnn"
+    timeout 120 ncu --kernel-name "$kn" --launch-skip 2 --launch-count 1 --set full \
       --import-source no -o /tmp/prof_$w -f python3 kernels/bench/profile_attention.py $w > /tmp/ncu_$w.log 2>&1
     echo "ncu $w rc=$?"; tail -2 /tmp/ncu_$w.log
     ncu --import /tmp/prof_$w.ncu-rep --page details --print-details all > /tmp/ncu_full/ncu_$w.txt 2>&1
@@ -124,7 +135,7 @@ if [[ $STEP == all || $STEP == sanitize ]]; then
     > "$OUT/memcheck.log" 2>&1
   echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|CHECKS" "$OUT/memcheck.log"
   # racecheck: our kernels only (it cannot run cuBLASLt's Hopper GEMMs, see gpu_check.py --help)
-  timeout 100 compute-sanitizer --tool racecheck --print-limit 20 \
+  timeout ${RACE_TIMEOUT:-200} compute-sanitizer --tool racecheck --print-limit 20 \
     python3 kernels/bench/gpu_check.py --mode race > "$OUT/racecheck.log" 2>&1
   echo "racecheck rc=$?"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|CHECKS" "$OUT/racecheck.log"
 fi

@@ -29,11 +29,21 @@ const THREADS: u32 = 128;
 /// Threads of `fmha_fwd_long_wg`: two warpgroups of 64 query rows each.
 const WG_THREADS: u32 = 256;
 
-/// True when `FUSEPROF_KERNELS_DEFINES` has `LONG_WGMMA=1`: on an sm_90 GPU, head_dim 64 calls
-/// of `fmha_fwd_long` without a per-row bias or mask run `fmha_fwd_long_wg` (wgmma, built for
-/// compute_90a) instead. Off by default until measured on the device (kernels/NOTES.md round 5).
+/// Stages of `fmha_fwd_long_wg`'s ring of key blocks: its `WG_RING` tuning constant (2 or 3,
+/// default 2), read the same way so that the shared memory fits the kernel.
+fn wg_ring() -> usize {
+    tuning_value("WG_RING", 2).clamp(2, 3) as usize
+}
+/// `WG_PERSIST=0` (a host-side tuning constant) launches `fmha_fwd_long_wg` with one CTA per
+/// item instead of the CTAs the device keeps resident; the kernel strides over items either way.
+fn wg_persistent() -> bool {
+    tuning_value("WG_PERSIST", 1) != 0
+}
+
+/// False when `FUSEPROF_KERNELS_DEFINES` has `LONG_WGMMA=0`: then no call runs
+/// `fmha_fwd_long_wg` and fmha.cu is built for the plain `compute_90` target on sm_90.
 pub fn wgmma_enabled() -> bool {
-    tuning_value("LONG_WGMMA", 0) != 0
+    tuning_value("LONG_WGMMA", 1) != 0
 }
 
 /// How the optional mask is laid out.
@@ -187,24 +197,37 @@ impl AttentionParams {
         }
     }
 
-    /// True when `fmha_fwd_long_wg` can take this call on an sm_90 GPU: an `fmha_fwd_long` call
-    /// at head_dim 64 whose additive term is at most one value per key (no bias, no window mask).
+    /// True when `fmha_fwd_long_wg` takes this call on an sm_90 GPU: an `fmha_fwd_long` call at
+    /// head_dim 64 whose additive term is at most one value per key (no bias, no window mask),
+    /// longer than 128 (more than two key blocks). Measured on the H100 (kernels/NOTES.md round
+    /// 6): ViT (197) 69.6 vs 75.3 us on `fmha_fwd_long`; at BERT's 128 the mma.sync kernel is as
+    /// fast with the key mask (37.7 vs 38.0 us) and faster without (33.9 vs 37.0 us).
     pub fn wgmma_eligible(&self) -> bool {
         self.kernel_name() == "fmha_fwd_long"
+            && self.seq > LONG_BLOCK_M
             && self.head_dim == 64
             && !self.has_bias
             && matches!(self.mask, AttentionMask::None | AttentionMask::KeyPadding)
     }
 
-    /// Dynamic shared memory of `fmha_fwd_long_wg` with a ring of `ring` stages: 128 query rows
-    /// and `ring` x (64 key + 64 value rows) of 64 elements in the core-matrix layout (no
-    /// padding), `ring` 64-float rows of per-key terms; at least the 128 x (64 + 8) elements the
-    /// output is staged in at the end.
+    /// Dynamic shared memory of `fmha_fwd_long_wg` with a ring of `ring` stages: two slots of 128
+    /// query rows (this item's and the next one's) and `ring` x (64 key + 64 value rows) of 64
+    /// elements in the core-matrix layout (no padding), `ring` 64-float rows of per-key terms.
+    /// The output is staged in the consumed query rows.
     pub fn wg_smem_bytes(&self, ring: usize) -> usize {
-        let tiles =
-            (LONG_BLOCK_M + 2 * ring * LONG_BLOCK_N) * self.head_dim * self.dtype.size_bytes()
-                + ring * LONG_BLOCK_N * 4;
-        tiles.max(LONG_BLOCK_M * (self.head_dim + 8) * self.dtype.size_bytes())
+        (2 * LONG_BLOCK_M + 2 * ring * LONG_BLOCK_N) * self.head_dim * self.dtype.size_bytes()
+            + ring * LONG_BLOCK_N * 4
+    }
+
+    /// Items of `fmha_fwd_long_wg` (batch x heads x 128-row query blocks) and its grid: one CTA
+    /// per item, at most `resident` CTAs when persistent.
+    pub fn wg_grid(&self, resident: u64, persistent: bool) -> u64 {
+        let items = self.batch as u64 * self.heads as u64 * self.n_qblocks() as u64;
+        if persistent {
+            items.min(resident.max(1))
+        } else {
+            items
+        }
     }
 
     /// Dynamic shared memory of `fmha_fwd_window`: two stages of q, k, v (64 rows of
@@ -352,7 +375,16 @@ pub unsafe fn launch_attention(
     if p.wgmma_eligible() && wgmma_enabled() && gpu.current_arch()? == (9, 0) {
         name = "fmha_fwd_long_wg";
         cfg.block.0 = WG_THREADS;
-        cfg.shared_bytes = p.wg_smem_bytes(long_ring()) as u32;
+        cfg.shared_bytes = p.wg_smem_bytes(wg_ring()) as u32;
+        let resident = gpu.resident_ctas(
+            Source::Fmha,
+            p.dtype,
+            p.head_dim as u32,
+            name,
+            WG_THREADS,
+            cfg.shared_bytes,
+        )?;
+        cfg.grid.0 = p.wg_grid(resident, wg_persistent()) as u32;
     }
     let args = Args::default()
         .ptr(bufs.qkv)
@@ -370,7 +402,8 @@ pub unsafe fn launch_attention(
     // ones' shared memory was sized from the ring they compiled with; the wgmma one takes only
     // calls without bias or per-row mask, as wgmma_eligible checks); pointer extents are the
     // caller's contract (documented above) and the grid covers exactly batch x heads x query
-    // blocks (one query block per (batch, head) for the short kernel, 128 rows for the long ones).
+    // blocks (one query block per (batch, head) for the short kernel, 128 rows for the long ones;
+    // the wgmma kernel strides over those items whatever its grid).
     unsafe {
         gpu.launch(
             Source::Fmha,
@@ -612,9 +645,14 @@ mod tests {
     fn the_wgmma_kernel_takes_head_dim_64_calls_with_at_most_a_key_mask() {
         let vit = params(64, 197, 12, 64);
         assert!(vit.wgmma_eligible());
-        let mut bert = params(64, 128, 12, 64);
+        let mut bert = params(64, 384, 12, 64);
         bert.mask = AttentionMask::KeyPadding;
         assert!(bert.wgmma_eligible());
+        // two key blocks or fewer: fmha_fwd_long (faster there)
+        let mut bert128 = params(64, 128, 12, 64);
+        bert128.mask = AttentionMask::KeyPadding;
+        assert!(!bert128.wgmma_eligible());
+        assert!(params(2, 129, 4, 64).wgmma_eligible());
         // head_dim 32, a per-head bias, per-query window masks, short sequences: fmha_fwd_long
         // or the short kernels, as before
         assert!(!params(64, 197, 12, 32).wgmma_eligible());
@@ -625,16 +663,22 @@ mod tests {
         windows.mask = AttentionMask::Windows { n_windows: 2 };
         assert!(!windows.wgmma_eligible());
         assert!(!params(2, 64, 4, 64).wgmma_eligible());
-        // Q 128 rows + K, V 2 x 64 rows of 64 fp16 (no padding); 2 x 64 fp32 key terms
-        assert_eq!(vit.wg_smem_bytes(2), 384 * 64 * 2 + 512);
-        // one stage still holds the 128 x 72 elements the output is staged in
-        assert_eq!(vit.wg_smem_bytes(1), 256 * 64 * 2 + 256);
-        assert!(vit.wg_smem_bytes(1) >= 128 * 72 * 2);
-        // the default build (no LONG_WGMMA): the plain per-device target
-        assert!(!wgmma_enabled());
+        // two Q slots of 128 rows + K, V 2 x 64 rows of 64 fp16 (no padding); 2 x 64 fp32 key
+        // terms; with 3 stages 2 CTAs still fit an H100 SM (228 KiB)
+        assert_eq!(vit.wg_smem_bytes(2), 512 * 64 * 2 + 512);
+        assert_eq!(vit.wg_smem_bytes(3), 640 * 64 * 2 + 768);
+        assert!(2 * (vit.wg_smem_bytes(3) + 1024) <= 228 * 1024);
+        // 64 x 12 x 2 items; persistent: at most the resident CTAs
+        assert_eq!(vit.wg_grid(264, true), 264);
+        assert_eq!(vit.wg_grid(264, false), 1536);
+        assert_eq!(params(1, 100, 2, 64).wg_grid(264, true), 2);
+        assert_eq!(wg_ring(), 2);
+        assert!(wg_persistent());
+        // by default fmha.cu targets compute_90a on sm_90 (the wgmma kernel), nothing else does
+        assert!(wgmma_enabled());
         assert_eq!(
             crate::runtime::nvrtc_arch(Source::Fmha, (9, 0)),
-            "compute_90"
+            "compute_90a"
         );
         assert_eq!(
             crate::runtime::nvrtc_arch(Source::Window, (9, 0)),

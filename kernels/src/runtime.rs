@@ -101,7 +101,7 @@ impl Source {
 }
 
 /// The NVRTC target for `source` on a GPU of compute capability `arch`: `compute_XY`, or
-/// `compute_90a` for fmha.cu on sm_90 when `LONG_WGMMA` asks for its wgmma kernel (the `a`
+/// `compute_90a` for fmha.cu on sm_90 unless `LONG_WGMMA=0` turns its wgmma kernel off (the `a`
 /// features run on sm_90 only, and the arch is chosen per device).
 pub fn nvrtc_arch(source: Source, arch: (i32, i32)) -> String {
     let feature = if source == Source::Fmha && arch == (9, 0) && crate::attention::wgmma_enabled() {

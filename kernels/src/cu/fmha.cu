@@ -614,13 +614,18 @@ extern "C" __global__ void __launch_bounds__(NWARPS * 32, LONG_MIN_BLOCKS) fmha_
 // warps per SM, mma.sync chains). Here each warpgroup (4 warps) owns 64 query rows and issues
 // warpgroup MMAs: S = Q K^T with Q and K read by the instruction from shared memory (no Q
 // fragments in registers), softmax in registers, O += P V with P from registers and V from shared
-// memory. Two warpgroups per CTA share each K / V block (128 query rows per CTA, as
-// fmha_fwd_long). Shared tiles use the no-swizzle core-matrix layout: 8 rows x 16 bytes per
-// 128-byte core matrix, the 8 column chunks of a row group side by side (LBO 128 bytes along K,
-// SBO 1024 bytes between row groups). Head dim 64 only, no per-row bias or mask (the launcher
-// falls back to fmha_fwd_long for those). Built only when NVRTC targets compute_90a
-// (__CUDA_ARCH_FEAT_SM90_ALL, or FUSEPROF_ARCH_FEATURES from the launcher), i.e. with
-// LONG_WGMMA=1 on an sm_90 GPU.
+// memory. Two warpgroups per CTA share each K / V block (128 query rows per item, as
+// fmha_fwd_long). Round 6: persistent. Each CTA walks the items (batch, head, 128-row query
+// block) blockIdx.x, + gridDim.x, ... as one flat sequence of key blocks, so the ring of K / V
+// stages (WG_RING) runs on across items and the next item's Q and first blocks load while this
+// one computes; one barrier per key block; each thread's load offsets are computed once. Shared
+// tiles use the no-swizzle core-matrix layout: 8 rows x 16 bytes per 128-byte core matrix, the 8
+// column chunks of a row group side by side (LBO 128 bytes along K, SBO 1024 bytes between row
+// groups); V, read MN-major by the P V step, names them the other way round (LBO 1024, SBO 128:
+// checked on the H100, the swapped reading faults). Head dim 64 only, no per-row bias or mask
+// (the launcher falls back to fmha_fwd_long for those). Built only when NVRTC targets compute_90a
+// (__CUDA_ARCH_FEAT_SM90_ALL, or FUSEPROF_ARCH_FEATURES from the launcher): on sm_90 by default,
+// for sequences over 128 (LONG_WGMMA=0 turns it off).
 #ifndef FUSEPROF_ARCH_FEATURES
 #define FUSEPROF_ARCH_FEATURES 0  // the launcher sets 1 when it targets an `a` architecture
 #endif
@@ -628,41 +633,35 @@ extern "C" __global__ void __launch_bounds__(NWARPS * 32, LONG_MIN_BLOCKS) fmha_
 typedef unsigned long long u64;
 #define WG_THREADS 256
 #define WG_TILE 8192  // bytes of one 64-row x 64-column tile
-// Tuning constant for the one layout fact not checkable without a GPU: how the descriptor of the
-// MN-major V operand names its two strides. 0: LBO = key-group stride (1024), SBO = column-chunk
-// stride (128), as CUTLASS's canonical interleaved MN-major layout reads; 1: swapped.
-#ifndef WG_V_SWAP
-#define WG_V_SWAP 0
-#endif
+#define WG_BM 128     // query rows per item: two warpgroups x 64
 // Tuning constant: minimum resident CTAs per SM asked of the compiler (2 caps registers at 128:
 // S and O accumulators are 32 each, P 16).
 #ifndef WG_MIN_BLOCKS
 #define WG_MIN_BLOCKS 2
+#endif
+// Tuning constant: K / V stages (2 or 3; the launcher sizes shared memory from the same value).
+// Block f + WG_RING - 1 starts loading when block f starts computing. Two Q slots (this item's and
+// the next one's) suffice up to 3 stages because every item has at least 2 key blocks (N > 64).
+// 2 and 3 time the same on the H100 (ViT 69.6 / 70.3 us, BERT-128 37.0 / 38.3 us).
+#ifndef WG_RING
+#define WG_RING 2
+#endif
+#if WG_RING < 2 || WG_RING > 3
+#error "WG_RING must be 2 or 3"
 #endif
 
 // Byte offset of 16-byte chunk c (0..7) of row r in a core-matrix tile.
 __device__ __forceinline__ u32 wg_chunk(int r, int c) { return (u32)((((r >> 3) << 3) + c) << 7) + ((r & 7) << 4); }
 
 // Shared-memory matrix descriptor, no swizzle: start address, leading and stride byte offsets.
+// Adding (bytes >> 4) to it moves the start address (the low 14 bits; shared addresses < 256 KiB).
 __device__ __forceinline__ u64 wg_desc(u32 saddr, u32 lbo, u32 sbo) {
     return (u64)((saddr & 0x3FFFFu) >> 4) | ((u64)((lbo >> 4) & 0x3FFFu) << 16) | ((u64)((sbo >> 4) & 0x3FFFu) << 32);
 }
 
-// Rows [row0, row0 + 64) of q, k or v (which) of (b, h) into a core-matrix tile; rows >= N
-// zero-filled. A warp covers 8 rows x 4 chunks, so its 16-byte writes land on all 32 banks.
-__device__ __forceinline__ void wg_load_tile(unsigned char* dst, const u16* __restrict__ qkv, int which, int b,
-                                             int h, int N, int H, int row0, int tid) {
-#pragma unroll
-    for (int it = 0; it < 64 * DCH / WG_THREADS; ++it) {
-        const int i = it * WG_THREADS + tid;
-        const int q = i & 31, grp = i >> 5;
-        const int r = ((grp >> 1) << 3) + (q & 7);
-        const int c = ((grp & 1) << 2) + (q >> 3);
-        const int row = row0 + r;
-        const bool ok = row < N;
-        const i64 t = (i64)b * N + (ok ? row : 0);
-        cp_async16(dst + wg_chunk(r, c), qkv + ((t * 3 + which) * H + h) * HEAD_DIM + c * 8, ok);
-    }
+__device__ __forceinline__ void cp_async16_s(u32 saddr, const void* gmem, bool pred) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(saddr), "l"(gmem), "r"(pred ? 16 : 0)
+                 : "memory");
 }
 
 template <int R>
@@ -726,19 +725,22 @@ __device__ __forceinline__ void wgmma_rs_tb(float* d, const u32 a[4], u64 db) {
 // Tuning constant: 1 computes a last key block with at most 16 or 32 keys < N with an m64n16 or
 // m64n32 S and as many P V steps (ViT: 5 keys in its last block of 64), 0 computes it whole.
 #ifndef WG_TAIL
-#define WG_TAIL 0
+#define WG_TAIL 1
 #endif
 
 struct WgState {
     float o[32];  // O accumulators: o[4j + 0, 1] row g, columns 8j + 2tq + {0, 1}; o[4j + 2, 3] row g + 8
-    float m0, m1, l0, l1;
+    float m0, m1, l0, l1;  // running max (log2 units, scaled) and partial sums of rows g, g + 8
 };
 
 // One block of NK keys (16, 32 or 64) for this warpgroup's 64 rows: S = Q K^T on wgmma, online
-// softmax in registers, O += P V on wgmma. kadd: the block's per-key terms (-inf past N).
-template <int NK>
-__device__ __forceinline__ void wg_block(WgState& st, u32 q_addr, u32 k_addr, u32 v_addr, const float* kadd,
-                                         float scale_log2, int tq) {
+// softmax in registers, O += P V on wgmma. qd, kd, vd: descriptors of the Q, K and V tiles.
+// KADD: add the block's per-key terms kadd (the key-padding mask, -inf past N); without them the
+// scale folds into the exponent's FFMA. keep: what o and l are scaled by when a row's max is still
+// -inf (0 on an item's first block, which also clears the previous item's state, else 1).
+template <int NK, bool KADD>
+__device__ __forceinline__ void wg_block(WgState& st, u64 qd, u64 kd, u64 vd, const float* kadd, float scale_log2,
+                                         int tq, float keep) {
     float s[NK / 2];
 #pragma unroll
     for (int i = 0; i < NK / 2; ++i) s[i] = 0.f;
@@ -746,8 +748,7 @@ __device__ __forceinline__ void wg_block(WgState& st, u32 q_addr, u32 k_addr, u3
     wg_fence_acc<NK / 2>(s);
     wgmma_fence();
 #pragma unroll
-    for (int t = 0; t < HEAD_DIM / 16; ++t)
-        wgmma_ss<NK>(s, wg_desc(q_addr + t * 256, 128, 1024), wg_desc(k_addr + t * 256, 128, 1024), t);
+    for (int t = 0; t < HEAD_DIM / 16; ++t) wgmma_ss<NK>(s, qd + t * 16, kd + t * 16, t);
     wgmma_commit();
     wgmma_wait0();
     wg_fence_acc<NK / 2>(s);
@@ -756,11 +757,13 @@ __device__ __forceinline__ void wg_block(WgState& st, u32 q_addr, u32 k_addr, u3
     float bm0 = NEG_INF, bm1 = NEG_INF;
 #pragma unroll
     for (int j = 0; j < NK / 8; ++j) {
-        const float2 ka = *reinterpret_cast<const float2*>(&kadd[j * 8 + 2 * tq]);
-        s[4 * j + 0] = s[4 * j + 0] * scale_log2 + ka.x;
-        s[4 * j + 1] = s[4 * j + 1] * scale_log2 + ka.y;
-        s[4 * j + 2] = s[4 * j + 2] * scale_log2 + ka.x;
-        s[4 * j + 3] = s[4 * j + 3] * scale_log2 + ka.y;
+        if (KADD) {
+            const float2 ka = *reinterpret_cast<const float2*>(&kadd[j * 8 + 2 * tq]);
+            s[4 * j + 0] = fmaf(s[4 * j + 0], scale_log2, ka.x);
+            s[4 * j + 1] = fmaf(s[4 * j + 1], scale_log2, ka.y);
+            s[4 * j + 2] = fmaf(s[4 * j + 2], scale_log2, ka.x);
+            s[4 * j + 3] = fmaf(s[4 * j + 3], scale_log2, ka.y);
+        }
         bm0 = fmaxf(bm0, fmaxf(s[4 * j + 0], s[4 * j + 1]));
         bm1 = fmaxf(bm1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
     }
@@ -768,11 +771,15 @@ __device__ __forceinline__ void wg_block(WgState& st, u32 q_addr, u32 k_addr, u3
     bm0 = fmaxf(bm0, __shfl_xor_sync(0xffffffffu, bm0, 2));
     bm1 = fmaxf(bm1, __shfl_xor_sync(0xffffffffu, bm1, 1));
     bm1 = fmaxf(bm1, __shfl_xor_sync(0xffffffffu, bm1, 2));
+    if (!KADD) {  // raw maxima; scale_log2 > 0
+        bm0 *= scale_log2;
+        bm1 *= scale_log2;
+    }
     const float n0 = fmaxf(st.m0, bm0), n1 = fmaxf(st.m1, bm1);
-    // A row whose terms are all -inf so far keeps m = -inf, is rescaled by 1 and subtracts 0
+    // A row whose terms are all -inf so far keeps m = -inf, is scaled by `keep` and subtracts 0
     // (its l and o stay 0).
-    const float a0 = n0 == NEG_INF ? 1.f : ex2_approx(st.m0 - n0);
-    const float a1 = n1 == NEG_INF ? 1.f : ex2_approx(st.m1 - n1);
+    const float a0 = n0 == NEG_INF ? keep : ex2_approx(st.m0 - n0);
+    const float a1 = n1 == NEG_INF ? keep : ex2_approx(st.m1 - n1);
     st.m0 = n0;
     st.m1 = n1;
     const float sub0 = n0 == NEG_INF ? 0.f : n0, sub1 = n1 == NEG_INF ? 0.f : n1;
@@ -785,10 +792,17 @@ __device__ __forceinline__ void wg_block(WgState& st, u32 q_addr, u32 k_addr, u3
     }
 #pragma unroll
     for (int j = 0; j < NK / 8; ++j) {
-        s[4 * j + 0] = ex2_approx(s[4 * j + 0] - sub0);
-        s[4 * j + 1] = ex2_approx(s[4 * j + 1] - sub0);
-        s[4 * j + 2] = ex2_approx(s[4 * j + 2] - sub1);
-        s[4 * j + 3] = ex2_approx(s[4 * j + 3] - sub1);
+        if (KADD) {
+            s[4 * j + 0] = ex2_approx(s[4 * j + 0] - sub0);
+            s[4 * j + 1] = ex2_approx(s[4 * j + 1] - sub0);
+            s[4 * j + 2] = ex2_approx(s[4 * j + 2] - sub1);
+            s[4 * j + 3] = ex2_approx(s[4 * j + 3] - sub1);
+        } else {
+            s[4 * j + 0] = ex2_approx(fmaf(s[4 * j + 0], scale_log2, -sub0));
+            s[4 * j + 1] = ex2_approx(fmaf(s[4 * j + 1], scale_log2, -sub0));
+            s[4 * j + 2] = ex2_approx(fmaf(s[4 * j + 2], scale_log2, -sub1));
+            s[4 * j + 3] = ex2_approx(fmaf(s[4 * j + 3], scale_log2, -sub1));
+        }
         st.l0 += s[4 * j + 0] + s[4 * j + 1];
         st.l1 += s[4 * j + 2] + s[4 * j + 3];
     }
@@ -804,92 +818,212 @@ __device__ __forceinline__ void wg_block(WgState& st, u32 q_addr, u32 k_addr, u3
     wg_fence_acc<32>(st.o);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < NK / 16; ++kk)
-        wgmma_rs_tb(st.o, pa[kk], WG_V_SWAP ? wg_desc(v_addr + kk * 2048, 128, 1024)
-                                            : wg_desc(v_addr + kk * 2048, 1024, 128));
+    for (int kk = 0; kk < NK / 16; ++kk) wgmma_rs_tb(st.o, pa[kk], vd + kk * 128);
     wgmma_commit();
     wgmma_wait0();
     wg_fence_acc<32>(st.o);
 }
 
-extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS) fmha_fwd_long_wg(FMHA_PARAMS) {
-    constexpr int n_ring = LONG_RING;
-    extern __shared__ __align__(128) unsigned char wsmem[];
-    unsigned char* Qt = wsmem;                       // 2 tiles: rows q0.. and q0 + 64..
-    unsigned char* Kt = wsmem + 2 * WG_TILE;         // n_ring tiles
-    unsigned char* Vt = Kt + n_ring * WG_TILE;       // n_ring tiles
-    float(*kadd)[BLOCK_N] = reinterpret_cast<float(*)[BLOCK_N]>(Vt + n_ring * WG_TILE);
+// The 16 bits at p, loaded without waiting for them (asm volatile keeps the load where it is
+// written; the value is used a key block later).
+__device__ __forceinline__ u16 ldg_u16_early(const u16* p) {
+    unsigned short v;
+    asm volatile("ld.global.nc.u16 %0, [%1];\n" : "=h"(v) : "l"(p));
+    return v;
+}
 
-    const int bid = blockIdx.x;
-    const int qb = bid % n_qblocks;
-    const int h = (bid / n_qblocks) % H;
-    const int b = bid / (n_qblocks * H);
-    if (b >= B) return;  // uniform for the whole CTA
+// Where the CTA is in its item sequence: key block kb of item (b, h, qb). next() steps one key
+// block; past the last one it moves gridDim.x items on (gq, gh, gb: gridDim.x in the same radix).
+struct WgCursor {
+    int kb, qb, h, b;
+    __device__ __forceinline__ bool next(int nkb, int nq, int H, int gq, int gh, int gb) {
+        if (++kb < nkb) return false;
+        kb = 0;
+        qb += gq;
+        h += gh;
+        b += gb;
+        if (qb >= nq) { qb -= nq; ++h; }
+        if (h >= H) { h -= H; ++b; }
+        return true;
+    }
+};
+
+// Normalise this warp's 16 rows and store them: staged in the warp's own 2 KiB of its (consumed)
+// Q tile, rows of 128 bytes with the 16-byte chunks XOR-swizzled by row (conflict-free both
+// ways), then 16-byte stores of the rows < N.
+__device__ __forceinline__ void wg_store(const WgState& st, unsigned char* sp, u16* __restrict__ out, int b, int h,
+                                         int N, int H, int row0, int g, int tq, int lane) {
+    float l0 = st.l0, l1 = st.l1;
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    const float inv0 = 1.f / l0, inv1 = 1.f / l1;
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // after wgmma's reads of the tile
+    __syncwarp();
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const int off = ((j ^ g) << 4) + 4 * tq;
+        *reinterpret_cast<u32*>(sp + g * 128 + off) = pack2(st.o[4 * j + 0] * inv0, st.o[4 * j + 1] * inv0);
+        *reinterpret_cast<u32*>(sp + (g + 8) * 128 + off) = pack2(st.o[4 * j + 2] * inv1, st.o[4 * j + 3] * inv1);
+    }
+    __syncwarp();
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const int i = k * 32 + lane;
+        const int r = i >> 3, c = i & 7;
+        const int row = row0 + r;
+        if (row < N) {
+            const i64 t = (i64)b * N + row;
+            stg16(out + (t * H + h) * HEAD_DIM + c * 8,
+                  *reinterpret_cast<const uint4*>(sp + r * 128 + ((c ^ (r & 7)) << 4)));
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS) fmha_fwd_long_wg(FMHA_PARAMS) {
+    constexpr int n_ring = WG_RING;
+    extern __shared__ __align__(128) unsigned char wsmem[];
+    // Q: 2 slots x 2 tiles (rows q0.. and q0 + 64..); K, V: n_ring tiles each; kadd: n_ring x 64.
+    const u32 s_q = smem_addr(wsmem);
+    const u32 s_k = s_q + 4 * WG_TILE;
+    const u32 s_v = s_k + n_ring * WG_TILE;
+    float(*kadd)[BLOCK_N] = reinterpret_cast<float(*)[BLOCK_N]>(wsmem + (4 + 2 * n_ring) * WG_TILE);
 
     const int tid = threadIdx.x;
-    const int wg = tid >> 7;
-    const int wwarp = (tid >> 5) & 3;  // warp within the warpgroup: rows wwarp * 16..
+    const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform, so descriptors stay uniform
+    const int wwarp = (tid >> 5) & 3;                       // warp within the warpgroup: rows wwarp * 16..
     const int lane = tid & 31;
     const int g = lane >> 2;
     const int tq = lane & 3;
-    const int q0 = qb * LBM;
-    const bool active = q0 + wg * 64 < N;  // uniform per warpgroup
-    // Key-padding mask (mask_row_stride 0) or none: the launcher sends nothing else here.
-    const u16* kp = mask != nullptr ? mask + (i64)(b % n_mask) * N : nullptr;
+    const int nq = n_qblocks;
+    const int nkb = (N + BLOCK_N - 1) / BLOCK_N;
+    const i64 rs = (i64)3 * H * HEAD_DIM;  // elements between consecutive tokens' rows
 
-    const int n_kblocks = (N + BLOCK_N - 1) / BLOCK_N;
-    const int n_first = n_kblocks < n_ring ? n_kblocks : n_ring;
-    wg_load_tile(Qt, qkv, 0, b, h, N, H, q0, tid);
-    wg_load_tile(Qt + WG_TILE, qkv, 0, b, h, N, H, q0 + 64, tid);
-    for (int kb = 0; kb < n_first; ++kb) {
-        wg_load_tile(Kt + kb * WG_TILE, qkv, 1, b, h, N, H, kb * BLOCK_N, tid);
-        wg_load_tile(Vt + kb * WG_TILE, qkv, 2, b, h, N, H, kb * BLOCK_N, tid);
-        cp_async_commit();
+    // This thread's two 16-byte chunks of every 64-row tile: row r, column chunk c; a warp
+    // covers 8 rows x 4 chunks, so its shared writes land on all 32 banks.
+    int lr[2];
+    u32 ls[2];
+    int lg[2];  // element offsets (< 64 token rows)
+#pragma unroll
+    for (int it = 0; it < 2; ++it) {
+        const int i = it * WG_THREADS + tid;
+        const int q = i & 31, grp = i >> 5;
+        lr[it] = ((grp >> 1) << 3) + (q & 7);
+        const int c = ((grp & 1) << 2) + (q >> 3);
+        ls[it] = wg_chunk(lr[it], c);
+        lg[it] = lr[it] * (int)rs + c * 8;
     }
-    if (tid < BLOCK_N) {
-        for (int kb = 0; kb < n_first; ++kb) kadd[kb][tid] = key_add(kp, kb * BLOCK_N + tid, N);
+    // gridDim.x in (qb, h, b) radix, and this CTA's first item.
+    const int G = gridDim.x;
+    const int gq = G % nq, gh = (G / nq) % H, gb = G / (nq * H);
+    WgCursor L;
+    L.kb = 0;
+    L.qb = blockIdx.x % nq;
+    L.h = (blockIdx.x / nq) % H;
+    L.b = blockIdx.x / (nq * H);
+    WgCursor C = L;
+    int l_stage = 0, l_qslot = 0;
+
+    // The per-key terms of the block being loaded: its mask bits are loaded at issue() and
+    // written to kadd after the current block's compute (by then they have arrived; the stage
+    // they go to is free since the barrier). Threads tid < 64, one key each.
+    const bool kthread = tid < BLOCK_N;
+    u16 k_raw = 0;
+    int k_key = N, k_stage = -1;
+    auto kadd_store = [&]() {
+        if (kthread && k_stage >= 0) {
+            kadd[k_stage][tid] = k_key >= N ? NEG_INF : (mask != nullptr ? to_f32(k_raw) * LOG2E_F : 0.f);
+            k_stage = -1;
+        }
+    };
+
+    // Start loading the loader cursor's block into stage l_stage (with its item's Q when it is
+    // the item's first block), then step the cursor. Always one commit group, empty past the end.
+    // Rows at or past N are zero-filled (their source: the block's first row, which exists).
+    auto issue = [&]() {
+        if (L.b < B) {
+            const int row0 = L.kb * BLOCK_N;
+            const u16* kbase = qkv + ((i64)L.b * N + row0) * rs + (H + L.h) * HEAD_DIM;
+#pragma unroll
+            for (int it = 0; it < 2; ++it) {
+                const bool ok = row0 + lr[it] < N;
+                const u16* src = kbase + (ok ? lg[it] : 0);
+                const u32 so = l_stage * WG_TILE + ls[it];
+                cp_async16_s(s_k + so, src, ok);
+                cp_async16_s(s_v + so, src + H * HEAD_DIM, ok);
+            }
+            if (L.kb == 0) {
+                const int qrow0 = L.qb * WG_BM;
+                const u16* qbase = qkv + ((i64)L.b * N + qrow0) * rs + L.h * HEAD_DIM;
+#pragma unroll
+                for (int t = 0; t < 2; ++t)
+#pragma unroll
+                    for (int it = 0; it < 2; ++it) {
+                        const bool ok = qrow0 + t * 64 + lr[it] < N;
+                        cp_async16_s(s_q + (l_qslot * 2 + t) * WG_TILE + ls[it],
+                                     qbase + (ok ? t * 64 * (int)rs + lg[it] : 0), ok);
+                    }
+            }
+            if (kthread) {
+                k_key = row0 + tid;
+                k_stage = l_stage;
+                if (mask != nullptr && k_key < N) k_raw = ldg_u16_early(mask + (i64)(L.b % n_mask) * N + k_key);
+            }
+            if (L.next(nkb, nq, H, gq, gh, gb)) l_qslot ^= 1;
+            l_stage = l_stage + 1 == n_ring ? 0 : l_stage + 1;
+        }
+        cp_async_commit();
+    };
+
+#pragma unroll
+    for (int f = 0; f < n_ring - 1; ++f) {
+        issue();
+        kadd_store();
     }
 
     WgState st;
 #pragma unroll
     for (int i = 0; i < 32; ++i) st.o[i] = 0.f;
-    st.m0 = NEG_INF; st.m1 = NEG_INF; st.l0 = 0.f; st.l1 = 0.f;
-    const u32 q_addr = smem_addr(Qt + wg * WG_TILE);
-    for (int kb = 0; kb < n_kblocks; ++kb) {
-        const int stage = kb % n_ring;
-        const int issued = n_kblocks < kb + n_ring ? n_kblocks : kb + n_ring;
-        cp_async_wait_n(issued - kb - 1);
+    st.l0 = 0.f; st.l1 = 0.f;
+    int c_stage = 0, c_qslot = 0;
+    while (C.b < B) {  // uniform for the whole CTA
+        cp_async_wait<n_ring - 2>();                                     // this block's group
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // cp.async writes -> wgmma reads
-        __syncthreads();
-        if (active) {
-            const u32 k_addr = smem_addr(Kt + stage * WG_TILE);
-            const u32 v_addr = smem_addr(Vt + stage * WG_TILE);
-            const int keys = N - kb * BLOCK_N;  // keys < N in this block (uniform)
+        __syncthreads();  // the block is in; everyone is done with the previous block's stage
+        issue();          // into that stage (and, on an item's first block, the other Q slot)
+        const int q0 = C.qb * WG_BM;
+        if (q0 + wg * 64 < N) {  // uniform per warpgroup
+            const float keep = C.kb == 0 ? 0.f : 1.f;  // the first block starts the item afresh
+            if (C.kb == 0) {
+                st.m0 = NEG_INF;
+                st.m1 = NEG_INF;
+            }
+            const u32 qa = s_q + (c_qslot * 2 + wg) * WG_TILE;
+            const u64 qd = wg_desc(qa, 128, 1024);
+            const u64 kd = wg_desc(s_k + c_stage * WG_TILE, 128, 1024);
+            const u64 vd = wg_desc(s_v + c_stage * WG_TILE, 1024, 128);
+            const float* ka = kadd[c_stage];
+            const int keys = N - C.kb * BLOCK_N;  // keys < N in this block (uniform)
             if (WG_TAIL && keys <= 16) {
-                wg_block<16>(st, q_addr, k_addr, v_addr, kadd[stage], scale_log2, tq);
+                wg_block<16, true>(st, qd, kd, vd, ka, scale_log2, tq, keep);
             } else if (WG_TAIL && keys <= 32) {
-                wg_block<32>(st, q_addr, k_addr, v_addr, kadd[stage], scale_log2, tq);
+                wg_block<32, true>(st, qd, kd, vd, ka, scale_log2, tq, keep);
+            } else if (keys < BLOCK_N || mask != nullptr || !(scale_log2 > 0.f)) {
+                wg_block<64, true>(st, qd, kd, vd, ka, scale_log2, tq, keep);
             } else {
-                wg_block<64>(st, q_addr, k_addr, v_addr, kadd[stage], scale_log2, tq);
+                wg_block<64, false>(st, qd, kd, vd, ka, scale_log2, tq, keep);
+            }
+            if (C.kb == nkb - 1) {
+                wg_store(st, wsmem + (c_qslot * 2 + wg) * WG_TILE + wwarp * 2048, out, C.b, C.h, N, H,
+                         q0 + wg * 64 + wwarp * 16, g, tq, lane);
             }
         }
-        const int next = kb + n_ring;
-        if (next < n_kblocks) {
-            __syncthreads();  // everyone is done with stage `stage`
-            wg_load_tile(Kt + stage * WG_TILE, qkv, 1, b, h, N, H, next * BLOCK_N, tid);
-            wg_load_tile(Vt + stage * WG_TILE, qkv, 2, b, h, N, H, next * BLOCK_N, tid);
-            cp_async_commit();
-            if (tid < BLOCK_N) kadd[stage][tid] = key_add(kp, next * BLOCK_N + tid, N);
-        }
+        kadd_store();  // the issued block's per-key terms, into a stage no one reads until a barrier
+        if (C.next(nkb, nq, H, gq, gh, gb)) c_qslot ^= 1;
+        c_stage = c_stage + 1 == n_ring ? 0 : c_stage + 1;
     }
     cp_async_wait<0>();
-    __syncthreads();  // every warpgroup is done reading Q / K / V: stage the output over them
-    if (active) {
-        u16(*scratch)[SROW] = reinterpret_cast<u16(*)[SROW]>(wsmem);
-        const int srow = wg * 64 + wwarp * 16;
-        store_tile(reinterpret_cast<const float(*)[4]>(st.o), st.l0, st.l1, scratch, srow, out, b, h, N, H,
-                   q0 + srow, g, tq, lane);
-    }
 }
 #endif
 
