@@ -56,8 +56,8 @@ fi
 if [[ $STEP == longsweep ]]; then
   # fmha_fwd_long's tuning constants (FUSEPROF_KERNELS_DEFINES): registers and spills from nvcc,
   # the attention checks (fresh inputs, both dtypes) and the ViT / BERT times, each set in its
-  # own process. The empty set is the default. LONG_WGMMA=1 runs fmha_fwd_long_wg (sm_90a) for
-  # the head_dim 64 calls (kernels/NOTES.md rounds 5-6). Earlier sets (LONG_SUB, LONG_MIN_BLOCKS,
+  # own process. The empty set is the default (on sm_90, fmha_fwd_long_wg for head_dim-64
+  # sequences over 128; LONG_WGMMA=0: fmha_fwd_long; kernels/NOTES.md rounds 5-7). Earlier sets (LONG_SUB, LONG_MIN_BLOCKS,
   # LONG_RING) are in bench/results/longsweep-h100-2026-11-23.
   { cat kernels/src/cu/common.cuh; echo "#line 1 \"fmha.cu\""; cat kernels/src/cu/fmha.cu; } > /tmp/k_fmha.cu
   while read -r defs; do
@@ -69,41 +69,42 @@ if [[ $STEP == longsweep ]]; then
     FUSEPROF_KERNELS_DEFINES="$defs" timeout 90 python3 kernels/bench/gpu_check.py --mode sweep 2>&1 | grep -E "SWEEP|Error|error" | tail -2
   done <<'SETS'
 
-LONG_WGMMA=1
-LONG_WGMMA=1 WG_TAIL=0
-LONG_WGMMA=1 WG_RING=2
-LONG_WGMMA=1 WG_MIN_BLOCKS=1
+LONG_WGMMA=0
+WG_TAIL=0
+WG_RING=3
+WG_OVERLAP=1
+WG_MIN_BLOCKS=1
 SETS
 fi
 if [[ $STEP == wgcheck ]]; then
-  # fmha_fwd_long_wg (LONG_WGMMA=1): nvcc's report (registers, spills, ptxas warnings) for WG_RING
-  # 2 and 3; the attention checks with each ring (two processes at once); if both pass, memcheck
-  # and racecheck of the small attention checks, the sweep's times of the wgmma sets and of the
-  # default in the same call, and Nsight Compute on the ViT call (ncu_vit.summary.txt).
+  # fmha_fwd_long_wg: nvcc's report (registers, spills, ptxas warnings, e.g. a serialised wgmma
+  # chain) for the default loop and the overlapped one (WG_OVERLAP=1) with 3 / 4 stages; the
+  # attention checks of the overlapped loop with 3 and 4 stages (two processes at once); if both
+  # pass, memcheck and racecheck of its small attention checks, the sweep's times of the
+  # variants, the default and fmha_fwd_long (LONG_WGMMA=0) in the same call, and Nsight Compute
+  # on the ViT call (default loop).
   { cat kernels/src/cu/common.cuh; echo "#line 1 \"fmha.cu\""; cat kernels/src/cu/fmha.cu; } > /tmp/k_fmha.cu
-  for r in 2 3; do
-    nvcc -arch=sm_90a -cubin -o /tmp/k.cubin -Xptxas -v -DFP_BF16=0 -DHEAD_DIM=64 -DWG_RING=$r /tmp/k_fmha.cu 2>&1 \
+  for d in "" "-DWG_OVERLAP=1 -DWG_RING=3" "-DWG_OVERLAP=1 -DWG_RING=4"; do
+    nvcc -arch=sm_90a -cubin -o /tmp/k.cubin -Xptxas -v -DFP_BF16=0 -DHEAD_DIM=64 $d /tmp/k_fmha.cu 2>&1 \
       | grep -E -A3 "error|warn|entry function .fmha_fwd_long_wg" | grep -E "error|warn|Compiling|registers|spill" | head -6
   done
-  for r in 2 3; do
-    (FUSEPROF_KERNELS_DEFINES="LONG_WGMMA=1 WG_RING=$r" CHECK_ONLY=attention timeout 120 \
+  for r in 3 4; do
+    (FUSEPROF_KERNELS_DEFINES="WG_OVERLAP=1 WG_RING=$r" CHECK_ONLY=attention timeout 120 \
       python3 kernels/bench/gpu_check.py --mode check > "$OUT/check_wg_ring$r.log" 2>&1) &
   done
   wait
-  for r in 2 3; do echo "== WG_RING=$r"; grep -E "^FAIL|CHECKS|rror" "$OUT/check_wg_ring$r.log" | head -8; done
+  for r in 3 4; do echo "== WG_RING=$r"; grep -E "^FAIL|CHECKS|rror" "$OUT/check_wg_ring$r.log" | head -8; done
   if [[ $(grep -l "CHECKS: \([0-9]*\)/\1 passed" "$OUT"/check_wg_ring*.log | wc -l) == 2 ]]; then
-    export FUSEPROF_KERNELS_DEFINES="LONG_WGMMA=1"
     for tool in memcheck racecheck; do
-      CHECK_ONLY=attention timeout 100 compute-sanitizer --tool $tool --print-limit 10 \
+      FUSEPROF_KERNELS_DEFINES="WG_OVERLAP=1" CHECK_ONLY=attention timeout 150 compute-sanitizer --tool $tool --print-limit 10 \
         python3 kernels/bench/gpu_check.py --mode race > "$OUT/wg_$tool.log" 2>&1
       echo "$tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|CHECKS" "$OUT/wg_$tool.log"
     done
-    unset FUSEPROF_KERNELS_DEFINES
-    for defs in "LONG_WGMMA=1" "LONG_WGMMA=1 WG_RING=2" "LONG_WGMMA=1 WG_PERSIST=0" "LONG_WGMMA=1 WG_TAIL=0" ""; do
+    for defs in "" "WG_OVERLAP=1" "WG_OVERLAP=1 WG_RING=4" "LONG_WGMMA=0"; do
       FUSEPROF_KERNELS_DEFINES="$defs" timeout 90 python3 kernels/bench/gpu_check.py --mode sweep 2>&1 \
         | grep -E "SWEEP|rror" | tail -2
     done
-    FUSEPROF_KERNELS_DEFINES="LONG_WGMMA=1" PROFILE="vit" OUT=$OUT bash "$0" profile | grep -v "^name\|^NVIDIA"
+    PROFILE="vit" OUT=$OUT bash "$0" profile | grep -v "^name\|^NVIDIA"
   fi
 fi
 if [[ $STEP == sets ]]; then

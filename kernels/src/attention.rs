@@ -29,10 +29,18 @@ const THREADS: u32 = 128;
 /// Threads of `fmha_fwd_long_wg`: two warpgroups of 64 query rows each.
 const WG_THREADS: u32 = 256;
 
-/// Stages of `fmha_fwd_long_wg`'s ring of key blocks: its `WG_RING` tuning constant (2 or 3,
-/// default 2), read the same way so that the shared memory fits the kernel.
+/// `fmha_fwd_long_wg`'s `WG_OVERLAP` tuning constant: one key block at a time (0, the default),
+/// or S of the next block issued right behind P V of this one (1; slower as ptxas compiles it,
+/// kernels/NOTES.md round 7).
+fn wg_overlap() -> bool {
+    tuning_value("WG_OVERLAP", 0) != 0
+}
+/// Stages of `fmha_fwd_long_wg`'s ring of key blocks: its `WG_RING` tuning constant (2 to 4,
+/// default 2; with `WG_OVERLAP` at least 3, default 3), read the same way so that the shared
+/// memory fits the kernel.
 fn wg_ring() -> usize {
-    tuning_value("WG_RING", 2).clamp(2, 3) as usize
+    let (low, default) = if wg_overlap() { (3, 3) } else { (2, 2) };
+    tuning_value("WG_RING", default).clamp(low, 4) as usize
 }
 /// `WG_PERSIST=0` (a host-side tuning constant) launches `fmha_fwd_long_wg` with one CTA per
 /// item instead of the CTAs the device keeps resident; the kernel strides over items either way.
@@ -672,7 +680,10 @@ mod tests {
         assert_eq!(vit.wg_grid(264, true), 264);
         assert_eq!(vit.wg_grid(264, false), 1536);
         assert_eq!(params(1, 100, 2, 64).wg_grid(264, true), 2);
+        assert!(!wg_overlap());
         assert_eq!(wg_ring(), 2);
+        // 4 stages: still 2 CTAs per SM
+        assert!(2 * (vit.wg_smem_bytes(4) + 1024) <= 228 * 1024);
         assert!(wg_persistent());
         // by default fmha.cu targets compute_90a on sm_90 (the wgmma kernel), nothing else does
         assert!(wgmma_enabled());

@@ -643,11 +643,20 @@ typedef unsigned long long u64;
 // Block f + WG_RING - 1 starts loading when block f starts computing. Two Q slots (this item's and
 // the next one's) suffice up to 3 stages because every item has at least 2 key blocks (N > 64).
 // 2 and 3 time the same on the H100 (ViT 69.6 / 70.3 us, BERT-128 37.0 / 38.3 us).
-#ifndef WG_RING
-#define WG_RING 2
+// Tuning constant WG_OVERLAP (0, the default: one block at a time, 2 stages by default; 1: S of
+// the next block issued right behind P V of this one, one wait for both; needs 3 or 4 stages,
+// default 3). Measured on the H100 (NOTES.md round 7): 1 is slower (ViT 71.5 vs 68.8 us), since
+// ptxas serialises the wgmma chain (C7515: the zeroing of the S accumulators sits between the
+// P V issue and its wait). With 4 stages two Q slots need every item to have at least 3 key
+// blocks (N > 128): the launcher sends this kernel nothing shorter.
+#ifndef WG_OVERLAP
+#define WG_OVERLAP 0
 #endif
-#if WG_RING < 2 || WG_RING > 3
-#error "WG_RING must be 2 or 3"
+#ifndef WG_RING
+#define WG_RING (WG_OVERLAP ? 3 : 2)
+#endif
+#if WG_RING < 2 || WG_RING > 4 || (WG_OVERLAP && WG_RING < 3)
+#error "WG_RING must be 2 to 4 (3 or 4 with WG_OVERLAP)"
 #endif
 
 // Byte offset of 16-byte chunk c (0..7) of row r in a core-matrix tile.
@@ -733,24 +742,28 @@ struct WgState {
     float m0, m1, l0, l1;  // running max (log2 units, scaled) and partial sums of rows g, g + 8
 };
 
-// One block of NK keys (16, 32 or 64) for this warpgroup's 64 rows: S = Q K^T on wgmma, online
-// softmax in registers, O += P V on wgmma. qd, kd, vd: descriptors of the Q, K and V tiles.
-// KADD: add the block's per-key terms kadd (the key-padding mask, -inf past N); without them the
-// scale folds into the exponent's FFMA. keep: what o and l are scaled by when a row's max is still
-// -inf (0 on an item's first block, which also clears the previous item's state, else 1).
-template <int NK, bool KADD>
-__device__ __forceinline__ void wg_block(WgState& st, u64 qd, u64 kd, u64 vd, const float* kadd, float scale_log2,
-                                         int tq, float keep) {
-    float s[NK / 2];
+// S = Q K^T for this warpgroup's 64 rows and NK keys (16, 32 or 64), issued and committed, not
+// waited for: four k16 steps over head_dim (2 column chunks = 256 bytes each). qd, kd:
+// descriptors of the Q and K tiles.
+template <int NK>
+__device__ __forceinline__ void wg_s_issue(float* s, u64 qd, u64 kd) {
 #pragma unroll
     for (int i = 0; i < NK / 2; ++i) s[i] = 0.f;
-    // S = Q K^T: four k16 steps over head_dim (2 column chunks = 256 bytes each).
     wg_fence_acc<NK / 2>(s);
     wgmma_fence();
 #pragma unroll
     for (int t = 0; t < HEAD_DIM / 16; ++t) wgmma_ss<NK>(s, qd + t * 16, kd + t * 16, t);
     wgmma_commit();
-    wgmma_wait0();
+}
+
+// The online softmax of a block's S (complete in s) and O += P V issued and committed, not
+// waited for (vd: the V tile's descriptor). KADD: add the block's per-key terms kadd (the
+// key-padding mask, -inf past N); without them the scale folds into the exponent's FFMA. keep:
+// what o and l are scaled by when a row's max is still -inf (0 on an item's first block, which
+// also clears the previous item's state, else 1).
+template <int NK, bool KADD>
+__device__ __forceinline__ void wg_softmax_pv(WgState& st, float* s, u64 vd, const float* kadd, float scale_log2,
+                                              int tq, float keep) {
     wg_fence_acc<NK / 2>(s);
     // Online softmax on rows g and g + 8 of this warp's 16 (the mma.sync C layout: s[4j + 0, 1]
     // row g, keys 8j + 2tq + {0, 1}; s[4j + 2, 3] row g + 8).
@@ -820,6 +833,16 @@ __device__ __forceinline__ void wg_block(WgState& st, u64 qd, u64 kd, u64 vd, co
 #pragma unroll
     for (int kk = 0; kk < NK / 16; ++kk) wgmma_rs_tb(st.o, pa[kk], vd + kk * 128);
     wgmma_commit();
+}
+
+// One whole block: S, wait, softmax, P V, wait.
+template <int NK, bool KADD>
+__device__ __forceinline__ void wg_block(WgState& st, u64 qd, u64 kd, u64 vd, const float* kadd, float scale_log2,
+                                         int tq, float keep) {
+    float s[NK / 2];
+    wg_s_issue<NK>(s, qd, kd);
+    wgmma_wait0();
+    wg_softmax_pv<NK, KADD>(st, s, vd, kadd, scale_log2, tq, keep);
     wgmma_wait0();
     wg_fence_acc<32>(st.o);
 }
@@ -987,6 +1010,79 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS) fmha_fwd
     for (int i = 0; i < 32; ++i) st.o[i] = 0.f;
     st.l0 = 0.f; st.l1 = 0.f;
     int c_stage = 0, c_qslot = 0;
+#if WG_OVERLAP
+    // S of block f + 1 runs on the tensor cores right behind P V of block f, one wait for both
+    // (the S registers are free once P is packed). Block f + 1 must be in before P V of f is
+    // done with block f's stage, hence at least 3 stages; the stage written at block f's barrier
+    // is block f - 1's, whose P V the wait at the top of block f saw finish.
+    float s[32];
+    auto s_issue = [&]() {  // S of the consumer cursor's block, into s
+        const u64 qd = wg_desc(s_q + (c_qslot * 2 + wg) * WG_TILE, 128, 1024);
+        const u64 kd = wg_desc(s_k + c_stage * WG_TILE, 128, 1024);
+        const int keys = N - C.kb * BLOCK_N;
+        if (WG_TAIL && keys <= 16) {
+            wg_s_issue<16>(s, qd, kd);
+        } else if (WG_TAIL && keys <= 32) {
+            wg_s_issue<32>(s, qd, kd);
+        } else {
+            wg_s_issue<64>(s, qd, kd);
+        }
+    };
+    cp_async_wait<n_ring - 2>();                                     // block 0's group
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // cp.async writes -> wgmma reads
+    __syncthreads();
+    bool act = C.b < B && C.qb * WG_BM + wg * 64 < N;  // uniform per warpgroup
+    if (act) s_issue();
+    WgCursor P = C;  // the block whose P V is in flight
+    int p_qslot = 0;
+    bool p_act = false;
+    while (C.b < B) {  // uniform for the whole CTA
+        wgmma_wait0();  // S of this block and P V of the previous one
+        wg_fence_acc<32>(st.o);
+        if (p_act && P.kb == nkb - 1) {  // the previous block ended its item: store that item
+            const int pq0 = P.qb * WG_BM;
+            wg_store(st, wsmem + (p_qslot * 2 + wg) * WG_TILE + wwarp * 2048, out, P.b, P.h, N, H,
+                     pq0 + wg * 64 + wwarp * 16, g, tq, lane);
+        }
+        if (act) {
+            const float keep = C.kb == 0 ? 0.f : 1.f;  // the first block starts the item afresh
+            if (C.kb == 0) {
+                st.m0 = NEG_INF;
+                st.m1 = NEG_INF;
+            }
+            const u64 vd = wg_desc(s_v + c_stage * WG_TILE, 1024, 128);
+            const float* ka = kadd[c_stage];
+            const int keys = N - C.kb * BLOCK_N;
+            if (WG_TAIL && keys <= 16) {
+                wg_softmax_pv<16, true>(st, s, vd, ka, scale_log2, tq, keep);
+            } else if (WG_TAIL && keys <= 32) {
+                wg_softmax_pv<32, true>(st, s, vd, ka, scale_log2, tq, keep);
+            } else if (keys < BLOCK_N || mask != nullptr || !(scale_log2 > 0.f)) {
+                wg_softmax_pv<64, true>(st, s, vd, ka, scale_log2, tq, keep);
+            } else {
+                wg_softmax_pv<64, false>(st, s, vd, ka, scale_log2, tq, keep);
+            }
+        }
+        P = C;
+        p_qslot = c_qslot;
+        p_act = act;
+        if (C.next(nkb, nq, H, gq, gh, gb)) c_qslot ^= 1;
+        c_stage = c_stage + 1 == n_ring ? 0 : c_stage + 1;
+        cp_async_wait<n_ring - 3>();                                     // the next block's group
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // cp.async writes -> wgmma reads
+        __syncthreads();  // the next block is in; everyone's P V of two blocks back is done
+        issue();          // into that stage
+        act = C.b < B && C.qb * WG_BM + wg * 64 < N;
+        if (act) s_issue();
+        kadd_store();
+    }
+    wgmma_wait0();
+    wg_fence_acc<32>(st.o);
+    if (p_act && P.kb == nkb - 1) {
+        wg_store(st, wsmem + (p_qslot * 2 + wg) * WG_TILE + wwarp * 2048, out, P.b, P.h, N, H,
+                 P.qb * WG_BM + wg * 64 + wwarp * 16, g, tq, lane);
+    }
+#else
     while (C.b < B) {  // uniform for the whole CTA
         cp_async_wait<n_ring - 2>();                                     // this block's group
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // cp.async writes -> wgmma reads
@@ -1023,6 +1119,7 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS) fmha_fwd
         if (C.next(nkb, nq, H, gq, gh, gb)) c_qslot ^= 1;
         c_stage = c_stage + 1 == n_ring ? 0 : c_stage + 1;
     }
+#endif
     cp_async_wait<0>();
 }
 #endif
