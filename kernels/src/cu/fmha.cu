@@ -645,9 +645,9 @@ typedef unsigned long long u64;
 // 2 and 3 time the same on the H100 (ViT 69.6 / 70.3 us, BERT-128 37.0 / 38.3 us).
 // Tuning constant WG_OVERLAP (0, the default: one block at a time, 2 stages by default; 1: S of
 // the next block issued right behind P V of this one, one wait for both; needs 3 or 4 stages,
-// default 3). Measured on the H100 (NOTES.md round 7): 1 is slower (ViT 71.5 vs 68.8 us), since
-// ptxas serialises the wgmma chain (C7515: the zeroing of the S accumulators sits between the
-// P V issue and its wait). With 4 stages two Q slots need every item to have at least 3 key
+// default 3). Measured on the H100 (NOTES.md round 7): 1 was slower (ViT 71.5 vs 68.8 us), since
+// ptxas serialised the wgmma chain (C7515: the zeroing of the S accumulators sat between the
+// P V issue and its wait; it is gone since, not yet measured). With 4 stages two Q slots need every item to have at least 3 key
 // blocks (N > 128): the launcher sends this kernel nothing shorter.
 #ifndef WG_OVERLAP
 #define WG_OVERLAP 0
@@ -744,11 +744,16 @@ struct WgState {
 
 // S = Q K^T for this warpgroup's 64 rows and NK keys (16, 32 or 64), issued and committed, not
 // waited for: four k16 steps over head_dim (2 column chunks = 256 bytes each). qd, kd:
-// descriptors of the Q and K tiles.
-template <int NK>
+// descriptors of the Q and K tiles. ZERO: clear s first. The first k-step ignores the
+// accumulators anyway (scale-d = 0); the overlapped loop must not clear them, since that
+// defines accumulator registers while P V's wgmma is in flight and ptxas then serialises the
+// chain (C7515).
+template <int NK, bool ZERO = true>
 __device__ __forceinline__ void wg_s_issue(float* s, u64 qd, u64 kd) {
+    if (ZERO) {
 #pragma unroll
-    for (int i = 0; i < NK / 2; ++i) s[i] = 0.f;
+        for (int i = 0; i < NK / 2; ++i) s[i] = 0.f;
+    }
     wg_fence_acc<NK / 2>(s);
     wgmma_fence();
 #pragma unroll
@@ -1015,17 +1020,17 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS) fmha_fwd
     // (the S registers are free once P is packed). Block f + 1 must be in before P V of f is
     // done with block f's stage, hence at least 3 stages; the stage written at block f's barrier
     // is block f - 1's, whose P V the wait at the top of block f saw finish.
-    float s[32];
+    float s[32] = {};  // set once: the loop's S steps do not clear it (see wg_s_issue)
     auto s_issue = [&]() {  // S of the consumer cursor's block, into s
         const u64 qd = wg_desc(s_q + (c_qslot * 2 + wg) * WG_TILE, 128, 1024);
         const u64 kd = wg_desc(s_k + c_stage * WG_TILE, 128, 1024);
         const int keys = N - C.kb * BLOCK_N;
         if (WG_TAIL && keys <= 16) {
-            wg_s_issue<16>(s, qd, kd);
+            wg_s_issue<16, false>(s, qd, kd);
         } else if (WG_TAIL && keys <= 32) {
-            wg_s_issue<32>(s, qd, kd);
+            wg_s_issue<32, false>(s, qd, kd);
         } else {
-            wg_s_issue<64>(s, qd, kd);
+            wg_s_issue<64, false>(s, qd, kd);
         }
     };
     cp_async_wait<n_ring - 2>();                                     // block 0's group
