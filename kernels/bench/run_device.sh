@@ -74,6 +74,7 @@ WG_TAIL=0
 WG_RING=3
 WG_OVERLAP=1
 WG_MIN_BLOCKS=1
+WG_MIN_BLOCKS=3
 SETS
 fi
 if [[ $STEP == wgcheck ]]; then
