@@ -1,7 +1,7 @@
 #!/bin/bash
 # One device call: resource report (nvcc), correctness, benchmarks, compute-sanitizer.
 # Run from the repository root with the release cdylib at .dev-kernels/libfuseprof_kernels.so:
-#   bash kernels/bench/run_device.sh [check|bench|sanitize|all|sweep|longsweep|wgcheck|sets|profile]
+#   bash kernels/bench/run_device.sh [check|bench|sanitize|all|sweep|longsweep|wgcheck|tmacheck|sets|profile]
 set -u
 STEP=${1:-all}
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
@@ -75,6 +75,7 @@ WG_RING=3
 WG_OVERLAP=1
 WG_MIN_BLOCKS=1
 WG_MIN_BLOCKS=3
+LONG_TMA=1
 SETS
 fi
 if [[ $STEP == wgcheck ]]; then
@@ -106,6 +107,33 @@ if [[ $STEP == wgcheck ]]; then
         | grep -E "SWEEP|rror" | tail -2
     done
     PROFILE="vit" OUT=$OUT bash "$0" profile | grep -v "^name\|^NVIDIA"
+  fi
+fi
+if [[ $STEP == tmacheck ]]; then
+  # fmha_fwd_long_tma (LONG_TMA=1; kernels/NOTES.md round 8): nvcc's report for it (registers,
+  # spills, ptxas warnings), the attention checks (a broken hand-off traps after ~16 M polls
+  # instead of hanging; the timeout is the second guard); if they pass, memcheck and racecheck
+  # of the small attention checks, the sweep's times with and without it, and Nsight Compute on
+  # the ViT call.
+  { cat kernels/src/cu/common.cuh; echo "#line 1 \"fmha.cu\""; cat kernels/src/cu/fmha.cu; } > /tmp/k_fmha.cu
+  for bf in 0 1; do
+    nvcc -arch=sm_90a -cubin -o /tmp/k.cubin -Xptxas -v -DFP_BF16=$bf -DHEAD_DIM=64 /tmp/k_fmha.cu 2>&1 \
+      | grep -E -A3 "error|warn|entry function .fmha_fwd_long_tma" | grep -E "error|warn|Compiling|registers|spill" | head -6
+  done
+  FUSEPROF_KERNELS_DEFINES="LONG_TMA=1" CHECK_ONLY=attention timeout 150 \
+    python3 kernels/bench/gpu_check.py --mode check > "$OUT/check_tma.log" 2>&1
+  echo "check rc=$?"; grep -E "^FAIL|CHECKS|rror" "$OUT/check_tma.log" | head -12
+  if grep -q "CHECKS: \([0-9]*\)/\1 passed" "$OUT/check_tma.log"; then
+    for tool in memcheck racecheck; do
+      FUSEPROF_KERNELS_DEFINES="LONG_TMA=1" CHECK_ONLY=attention timeout 150 compute-sanitizer --tool $tool \
+        --print-limit 10 python3 kernels/bench/gpu_check.py --mode race > "$OUT/tma_$tool.log" 2>&1
+      echo "$tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|CHECKS" "$OUT/tma_$tool.log"
+    done
+    for defs in "LONG_TMA=1" "LONG_TMA=1 WG_RING=3" ""; do
+      FUSEPROF_KERNELS_DEFINES="$defs" timeout 90 python3 kernels/bench/gpu_check.py --mode sweep 2>&1 \
+        | grep -E "SWEEP|rror" | tail -2
+    done
+    FUSEPROF_KERNELS_DEFINES="LONG_TMA=1" PROFILE="vit" OUT=$OUT bash "$0" profile | grep -v "^name\|^NVIDIA"
   fi
 fi
 if [[ $STEP == sets ]]; then

@@ -8,7 +8,10 @@
 
 use crate::dtype::DType;
 use crate::error::{invalid, Result};
-use crate::runtime::{tuning_value, Args, DevPtr, Gpu, LaunchConfig, RawStream, Source};
+use crate::runtime::{
+    encode_tensor_map, tuning_value, Args, DevPtr, Gpu, LaunchConfig, RawStream, Source,
+    TmaGeometry,
+};
 
 /// Head dimensions the kernel is built for.
 pub const SUPPORTED_HEAD_DIMS: [u32; 2] = [32, 64];
@@ -52,6 +55,13 @@ fn wg_persistent() -> bool {
 /// `fmha_fwd_long_wg` and fmha.cu is built for the plain `compute_90` target on sm_90.
 pub fn wgmma_enabled() -> bool {
     tuning_value("LONG_WGMMA", 1) != 0
+}
+
+/// True when `FUSEPROF_KERNELS_DEFINES` has `LONG_TMA=1`: the calls `fmha_fwd_long_wg` would
+/// take run `fmha_fwd_long_tma` (TMA loads, mbarrier hand-offs; kernels/NOTES.md round 8, not
+/// yet run on a GPU) instead.
+pub fn tma_enabled() -> bool {
+    tuning_value("LONG_TMA", 0) != 0
 }
 
 /// How the optional mask is laid out.
@@ -227,6 +237,31 @@ impl AttentionParams {
             + ring * LONG_BLOCK_N * 4
     }
 
+    /// Dynamic shared memory of `fmha_fwd_long_tma`: `fmha_fwd_long_wg`'s, up to 1023 bytes to
+    /// align the tiles to 1024 (the swizzle atom), and the mbarriers (full and empty per stage,
+    /// two Q-slot ones), 8 bytes each.
+    pub fn tma_smem_bytes(&self, ring: usize) -> usize {
+        self.wg_smem_bytes(ring) + 1024 + (2 * ring + 2) * 8
+    }
+
+    /// The TMA view of `qkv` that `fmha_fwd_long_tma` loads through: `[head_dim elements][seq
+    /// tokens][3 x heads slabs][batch]`, one 64 x 64 box (a key, value or query tile of one
+    /// head); rows past `seq` read as zeros.
+    pub fn tma_geometry(&self) -> TmaGeometry {
+        let es = self.dtype.size_bytes() as u64;
+        let (d, n, slabs, b) = (
+            self.head_dim as u64,
+            self.seq as u64,
+            3 * self.heads as u64,
+            self.batch as u64,
+        );
+        TmaGeometry {
+            dims: [d, n, slabs, b],
+            strides: [slabs * d * es, d * es, n * slabs * d * es],
+            boxdim: [self.head_dim as u32, LONG_BLOCK_N as u32, 1, 1],
+        }
+    }
+
     /// Items of `fmha_fwd_long_wg` (batch x heads x 128-row query blocks) and its grid: one CTA
     /// per item, at most `resident` CTAs when persistent.
     pub fn wg_grid(&self, resident: u64, persistent: bool) -> u64 {
@@ -384,6 +419,10 @@ pub unsafe fn launch_attention(
         name = "fmha_fwd_long_wg";
         cfg.block.0 = WG_THREADS;
         cfg.shared_bytes = p.wg_smem_bytes(wg_ring()) as u32;
+        if tma_enabled() {
+            name = "fmha_fwd_long_tma";
+            cfg.shared_bytes = p.tma_smem_bytes(wg_ring()) as u32;
+        }
         let resident = gpu.resident_ctas(
             Source::Fmha,
             p.dtype,
@@ -394,7 +433,7 @@ pub unsafe fn launch_attention(
         )?;
         cfg.grid.0 = p.wg_grid(resident, wg_persistent()) as u32;
     }
-    let args = Args::default()
+    let mut args = Args::default()
         .ptr(bufs.qkv)
         .ptr(bufs.out)
         .ptr(bufs.bias.unwrap_or(0))
@@ -406,6 +445,9 @@ pub unsafe fn launch_attention(
         .i32(row_stride as i32)
         .f32(p.scale * std::f32::consts::LOG2_E)
         .i32(p.n_qblocks() as i32);
+    if name == "fmha_fwd_long_tma" {
+        args = args.tensor_map(encode_tensor_map(bufs.qkv, p.dtype, &p.tma_geometry())?);
+    }
     // SAFETY: the argument list matches FMHA_PARAMS of the short and long kernels (the long
     // ones' shared memory was sized from the ring they compiled with; the wgmma one takes only
     // calls without bias or per-row mask, as wgmma_eligible checks); pointer extents are the
@@ -682,6 +724,10 @@ mod tests {
         assert_eq!(params(1, 100, 2, 64).wg_grid(264, true), 2);
         assert!(!wg_overlap());
         assert_eq!(wg_ring(), 2);
+        assert!(!tma_enabled());
+        // the TMA variant: + alignment slack + 2 x 2 stage barriers + 2 Q-slot barriers
+        assert_eq!(vit.tma_smem_bytes(2), vit.wg_smem_bytes(2) + 1024 + 48);
+        assert!(2 * (vit.tma_smem_bytes(3) + 1024) <= 228 * 1024);
         // 4 stages: still 2 CTAs per SM
         assert!(2 * (vit.wg_smem_bytes(4) + 1024) <= 228 * 1024);
         assert!(wg_persistent());
@@ -699,6 +745,19 @@ mod tests {
             crate::runtime::nvrtc_arch(Source::Fmha, (8, 9)),
             "compute_89"
         );
+    }
+
+    #[test]
+    fn the_tma_view_is_qkv_as_element_token_slab_batch() {
+        // ViT: qkv [64 * 197, 3, 12, 64] fp16: a token row is 3 x 12 x 64 x 2 = 4608 bytes, a
+        // head's 64 elements 128 bytes (one swizzled row), a batch entry 197 token rows
+        let g = params(64, 197, 12, 64).tma_geometry();
+        assert_eq!(g.dims, [64, 197, 36, 64]);
+        assert_eq!(g.strides, [4608, 128, 197 * 4608]);
+        assert_eq!(g.boxdim, [64, 64, 1, 1]);
+        // TMA's rules: strides multiples of 16, the box row within the 128-byte swizzle span
+        assert!(g.strides.iter().all(|s| s % 16 == 0));
+        assert_eq!(g.boxdim[0] as usize * 2, 128);
     }
 
     #[test]

@@ -176,35 +176,93 @@ impl LaunchConfig {
     }
 }
 
-/// Kernel arguments, each kept in an 8-byte slot that outlives the launch call.
+/// Kernel arguments, each kept in an 8-byte slot (or, for a tensor map, a 128-byte one) that
+/// outlives the launch call.
 #[derive(Default)]
 pub(crate) struct Args {
-    slots: Vec<u64>,
+    slots: Vec<Slot>,
+}
+
+enum Slot {
+    Word(u64),
+    TensorMap(Box<cu::CUtensorMap>),
 }
 
 impl Args {
     pub fn ptr(mut self, p: DevPtr) -> Self {
-        self.slots.push(p);
+        self.slots.push(Slot::Word(p));
         self
     }
     pub fn i32(mut self, v: i32) -> Self {
-        self.slots.push(v as u32 as u64);
+        self.slots.push(Slot::Word(v as u32 as u64));
         self
     }
     pub fn i64(mut self, v: i64) -> Self {
-        self.slots.push(v as u64);
+        self.slots.push(Slot::Word(v as u64));
         self
     }
     pub fn f32(mut self, v: f32) -> Self {
-        self.slots.push(v.to_bits() as u64);
+        self.slots.push(Slot::Word(v.to_bits() as u64));
+        self
+    }
+    /// A `CUtensorMap` passed by value (a `__grid_constant__` parameter).
+    pub fn tensor_map(mut self, m: cu::CUtensorMap) -> Self {
+        self.slots.push(Slot::TensorMap(Box::new(m)));
         self
     }
     fn pointers(&mut self) -> Vec<*mut c_void> {
         self.slots
             .iter_mut()
-            .map(|s| s as *mut u64 as *mut c_void)
+            .map(|s| match s {
+                Slot::Word(w) => w as *mut u64 as *mut c_void,
+                Slot::TensorMap(m) => m.as_mut() as *mut cu::CUtensorMap as *mut c_void,
+            })
             .collect()
     }
+}
+
+/// A tiled TMA tensor map: `dims` (innermost first, elements), `strides` (bytes, of dims 1..),
+/// `boxdim` (elements), 128-byte swizzle, out-of-bounds elements read as zeros.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TmaGeometry {
+    pub dims: [u64; 4],
+    pub strides: [u64; 3],
+    pub boxdim: [u32; 4],
+}
+
+/// Encode `geometry` over the device buffer at `base` (16-byte aligned) for 16-bit `dtype`.
+pub(crate) fn encode_tensor_map(
+    base: DevPtr,
+    dtype: DType,
+    geometry: &TmaGeometry,
+) -> Result<cu::CUtensorMap> {
+    let mut map = cu::CUtensorMap { opaque: [0; 16] };
+    let data_type = match dtype {
+        DType::F16 => cu::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+        DType::BF16 => cu::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+    };
+    let element_strides = [1u32; 4];
+    // SAFETY: every array has the rank (4, strides 3) the call reads; `map` is written only.
+    check(
+        unsafe {
+            cu::cuTensorMapEncodeTiled(
+                &mut map,
+                data_type,
+                4,
+                base as *mut c_void,
+                geometry.dims.as_ptr(),
+                geometry.strides.as_ptr(),
+                geometry.boxdim.as_ptr(),
+                element_strides.as_ptr(),
+                cu::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+                cu::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+                cu::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                cu::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+            )
+        },
+        "cuTensorMapEncodeTiled",
+    )?;
+    Ok(map)
 }
 
 pub(crate) fn check(res: cu::CUresult, call: &'static str) -> Result<()> {

@@ -748,7 +748,7 @@ struct WgState {
 // accumulators anyway (scale-d = 0); the overlapped loop must not clear them, since that
 // defines accumulator registers while P V's wgmma is in flight and ptxas then serialises the
 // chain (C7515).
-template <int NK, bool ZERO = true>
+template <int NK, bool ZERO = true, int KSTEP = 16>
 __device__ __forceinline__ void wg_s_issue(float* s, u64 qd, u64 kd) {
     if (ZERO) {
 #pragma unroll
@@ -757,7 +757,7 @@ __device__ __forceinline__ void wg_s_issue(float* s, u64 qd, u64 kd) {
     wg_fence_acc<NK / 2>(s);
     wgmma_fence();
 #pragma unroll
-    for (int t = 0; t < HEAD_DIM / 16; ++t) wgmma_ss<NK>(s, qd + t * 16, kd + t * 16, t);
+    for (int t = 0; t < HEAD_DIM / 16; ++t) wgmma_ss<NK>(s, qd + t * KSTEP, kd + t * KSTEP, t);
     wgmma_commit();
 }
 
@@ -841,11 +841,13 @@ __device__ __forceinline__ void wg_softmax_pv(WgState& st, float* s, u64 vd, con
 }
 
 // One whole block: S, wait, softmax, P V, wait.
-template <int NK, bool KADD>
+// KSTEP: a k16 step's move of the Q / K descriptors (16 = 256 bytes, no swizzle; 2 = 32 bytes
+// within a 128-byte-swizzled row).
+template <int NK, bool KADD, int KSTEP = 16>
 __device__ __forceinline__ void wg_block(WgState& st, u64 qd, u64 kd, u64 vd, const float* kadd, float scale_log2,
                                          int tq, float keep) {
     float s[NK / 2];
-    wg_s_issue<NK>(s, qd, kd);
+    wg_s_issue<NK, true, KSTEP>(s, qd, kd);
     wgmma_wait0();
     wg_softmax_pv<NK, KADD>(st, s, vd, kadd, scale_log2, tq, keep);
     wgmma_wait0();
@@ -879,6 +881,7 @@ struct WgCursor {
 // Normalise this warp's 16 rows and store them: staged in the warp's own 2 KiB of its (consumed)
 // Q tile, rows of 128 bytes with the 16-byte chunks XOR-swizzled by row (conflict-free both
 // ways), then 16-byte stores of the rows < N.
+template <bool TMA = false>
 __device__ __forceinline__ void wg_store(const WgState& st, unsigned char* sp, u16* __restrict__ out, int b, int h,
                                          int N, int H, int row0, int g, int tq, int lane) {
     float l0 = st.l0, l1 = st.l1;
@@ -907,6 +910,8 @@ __device__ __forceinline__ void wg_store(const WgState& st, unsigned char* sp, u
                   *reinterpret_cast<const uint4*>(sp + r * 128 + ((c ^ (r & 7)) << 4)));
         }
     }
+    // The tile is a TMA destination again later: order these generic accesses before it.
+    if (TMA) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
 extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS) fmha_fwd_long_wg(FMHA_PARAMS) {
@@ -1126,6 +1131,196 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS) fmha_fwd
     }
 #endif
     cp_async_wait<0>();
+}
+
+// ---- fmha_fwd_long_tma (LONG_TMA=1; not yet run on a GPU) ----
+//
+// fmha_fwd_long_wg's item walk and block step with the loads and hand-offs changed: each 64 x 64
+// tile comes by one TMA copy into a 128-byte-swizzled tile (tmap describes qkv as
+// [64 elements][N tokens][3 x H slabs][B]; rows past N read as zeros), and the two warpgroups
+// meet no CTA barrier inside the loop. A stage is "full" when its bytes have landed (mbarrier
+// with a transaction count) and "empty" when both warpgroups have finished its P V (one arrival
+// each); a Q slot is free when both have stored the item that used it. Warp 0 (of warpgroup 0)
+// is also the producer: before loading block f + WG_RING - 1 into block f - 1's stage it waits
+// for that stage's "empty", so warpgroup 0 runs at most one block ahead of warpgroup 1.
+// Needs N > 128 (at least WG_RING - 1 key blocks per item, else the producer would wait for its
+// own warpgroup's later release of a Q slot); the launcher sends nothing shorter.
+
+// A CUtensorMap (128 bytes), passed by value as a __grid_constant__ parameter.
+struct __align__(64) WgTmaMap {
+    u64 v[16];
+};
+
+// Shared-memory descriptor of a 128-byte-swizzled, 1024-byte-aligned tile: SBO 1024 between
+// 8-row groups, LBO 16 (unused), layout type 1 (bits 62-63). For Q / K (K-major) a k16 step
+// moves the start 32 bytes along the row; for V (MN-major, 64 columns = one swizzle row) a
+// 16-key step moves it 2048 bytes.
+__device__ __forceinline__ u64 wg_desc_sw128(u32 saddr) {
+    return (u64)((saddr & 0x3FFFFu) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
+}
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {  // an arrival that also expects bytes
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// Wait for the phase of parity `parity` to complete. A kernel that waits this long is broken:
+// trap (the launch fails with an error) rather than hang the GPU.
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+    for (u32 spins = 0;; ++spins) {
+        u32 done;
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(done)
+            : "r"(bar), "r"(parity)
+            : "memory");
+        if (done) return;
+        if (spins > (1u << 24)) __trap();
+    }
+}
+// One box (64 x 64 x 1 x 1) of tmap at (element 0, token row, slab, batch) into dst, completing
+// on bar.
+__device__ __forceinline__ void tma_load_4d(u32 dst, const WgTmaMap* tmap, int row, int slab, int batch, u32 bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+        "[%6];\n" ::"r"(dst),
+        "l"(reinterpret_cast<u64>(tmap)), "r"(0), "r"(row), "r"(slab), "r"(batch), "r"(bar)
+        : "memory");
+}
+__device__ __forceinline__ void wg_bar_sync(int id) {  // the 128 threads of one warpgroup
+    asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory");
+}
+
+extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS)
+    fmha_fwd_long_tma(FMHA_PARAMS, const __grid_constant__ WgTmaMap tmap) {
+    constexpr int n_ring = WG_RING;
+    extern __shared__ __align__(128) unsigned char wsmem[];
+    // As fmha_fwd_long_wg, from a 1024-byte-aligned base (the swizzle atom), then the barriers:
+    // full[n_ring], empty[n_ring], qfree[2].
+    const u32 s_raw = smem_addr(wsmem);
+    const u32 s_q = (s_raw + 1023u) & ~1023u;
+    unsigned char* const sbase = wsmem + (s_q - s_raw);
+    const u32 s_k = s_q + 4 * WG_TILE;
+    const u32 s_v = s_k + n_ring * WG_TILE;
+    float(*kadd)[BLOCK_N] = reinterpret_cast<float(*)[BLOCK_N]>(sbase + (4 + 2 * n_ring) * WG_TILE);
+    const u32 s_full = s_v + n_ring * WG_TILE + n_ring * BLOCK_N * 4;
+    const u32 s_empty = s_full + 8 * n_ring;
+    const u32 s_qfree = s_empty + 8 * n_ring;
+
+    const int tid = threadIdx.x;
+    const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform
+    const int wwarp = (tid >> 5) & 3;
+    const int lane = tid & 31;
+    const int g = lane >> 2;
+    const int tq = lane & 3;
+    const int nq = n_qblocks;
+    const int nkb = (N + BLOCK_N - 1) / BLOCK_N;
+    const bool producer = wg == 0 && wwarp == 0;  // warp-uniform
+    if (tid == 0) {
+        for (int i = 0; i < n_ring; ++i) {
+            mbar_init(s_full + 8 * i, 1);
+            mbar_init(s_empty + 8 * i, 2);
+        }
+        mbar_init(s_qfree, 2);
+        mbar_init(s_qfree + 8, 2);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    const int G = gridDim.x;
+    const int gq = G % nq, gh = (G / nq) % H, gb = G / (nq * H);
+    WgCursor L;
+    L.kb = 0;
+    L.qb = blockIdx.x % nq;
+    L.h = (blockIdx.x / nq) % H;
+    L.b = blockIdx.x / (nq * H);
+    WgCursor C = L;
+    // Producer state: stage, Q slot, and the parity each "empty" / "qfree" wait expects (1 at
+    // first: a fresh barrier's previous phase counts as complete).
+    int l_stage = 0, l_qslot = 0;
+    u32 l_empty_par = 0xffffffffu, l_qfree_par = 3u;
+
+    // Warp 0: load the loader cursor's block into stage l_stage, with its item's Q on the item's
+    // first block, and write its per-key terms; then step the cursor.
+    auto produce = [&]() {
+        if (L.b >= B) return;
+        const int row0 = L.kb * BLOCK_N;
+        mbar_wait(s_empty + 8 * l_stage, (l_empty_par >> l_stage) & 1u);
+        l_empty_par ^= 1u << l_stage;
+        if (L.kb == 0) {
+            mbar_wait(s_qfree + 8 * l_qslot, (l_qfree_par >> l_qslot) & 1u);
+            l_qfree_par ^= 1u << l_qslot;
+        }
+        const u16* kp = mask != nullptr ? mask + (i64)(L.b % n_mask) * N : nullptr;
+#pragma unroll
+        for (int k = lane; k < BLOCK_N; k += 32) kadd[l_stage][k] = key_add(kp, row0 + k, N);
+        __syncwarp();  // the terms before lane 0's arrival (a release) below
+        if (lane == 0) {
+            const u32 full = s_full + 8 * l_stage;
+            mbar_expect_tx(full, (L.kb == 0 ? 4 : 2) * WG_TILE);
+            tma_load_4d(s_k + l_stage * WG_TILE, &tmap, row0, H + L.h, L.b, full);
+            tma_load_4d(s_v + l_stage * WG_TILE, &tmap, row0, 2 * H + L.h, L.b, full);
+            if (L.kb == 0) {
+                tma_load_4d(s_q + (l_qslot * 2) * WG_TILE, &tmap, L.qb * WG_BM, L.h, L.b, full);
+                tma_load_4d(s_q + (l_qslot * 2 + 1) * WG_TILE, &tmap, L.qb * WG_BM + 64, L.h, L.b, full);
+            }
+        }
+        __syncwarp();
+        if (L.next(nkb, nq, H, gq, gh, gb)) l_qslot ^= 1;
+        l_stage = l_stage + 1 == n_ring ? 0 : l_stage + 1;
+    };
+    if (producer) {
+        for (int f = 0; f < n_ring - 1; ++f) produce();
+    }
+
+    WgState st;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) st.o[i] = 0.f;
+    st.l0 = 0.f; st.l1 = 0.f;
+    int c_stage = 0, c_qslot = 0;
+    u32 c_full_par = 0;
+    while (C.b < B) {  // uniform for the whole CTA
+        if (producer) produce();  // block f + n_ring - 1, into block f - 1's stage
+        mbar_wait(s_full + 8 * c_stage, (c_full_par >> c_stage) & 1u);
+        c_full_par ^= 1u << c_stage;
+        const int q0 = C.qb * WG_BM;
+        const bool act = q0 + wg * 64 < N;  // uniform per warpgroup
+        if (act) {
+            const float keep = C.kb == 0 ? 0.f : 1.f;
+            if (C.kb == 0) {
+                st.m0 = NEG_INF;
+                st.m1 = NEG_INF;
+            }
+            const u64 qd = wg_desc_sw128(s_q + (c_qslot * 2 + wg) * WG_TILE);
+            const u64 kd = wg_desc_sw128(s_k + c_stage * WG_TILE);
+            const u64 vd = wg_desc_sw128(s_v + c_stage * WG_TILE);
+            const float* ka = kadd[c_stage];
+            const int keys = N - C.kb * BLOCK_N;
+            if (WG_TAIL && keys <= 16) {
+                wg_block<16, true, 2>(st, qd, kd, vd, ka, scale_log2, tq, keep);
+            } else if (WG_TAIL && keys <= 32) {
+                wg_block<32, true, 2>(st, qd, kd, vd, ka, scale_log2, tq, keep);
+            } else if (keys < BLOCK_N || mask != nullptr || !(scale_log2 > 0.f)) {
+                wg_block<64, true, 2>(st, qd, kd, vd, ka, scale_log2, tq, keep);
+            } else {
+                wg_block<64, false, 2>(st, qd, kd, vd, ka, scale_log2, tq, keep);
+            }
+        }
+        if ((tid & 127) == 0) mbar_arrive(s_empty + 8 * c_stage);  // this warpgroup is done with the stage
+        if (C.kb == nkb - 1) {
+            if (act) {
+                wg_store<true>(st, sbase + (c_qslot * 2 + wg) * WG_TILE + wwarp * 2048, out, C.b, C.h, N, H,
+                               q0 + wg * 64 + wwarp * 16, g, tq, lane);
+            }
+            wg_bar_sync(1 + wg);  // the warpgroup's four warps have stored
+            if ((tid & 127) == 0) mbar_arrive(s_qfree + 8 * c_qslot);
+        }
+        if (C.next(nkb, nq, H, gq, gh, gb)) c_qslot ^= 1;
+        c_stage = c_stage + 1 == n_ring ? 0 : c_stage + 1;
+    }
 }
 #endif
 
