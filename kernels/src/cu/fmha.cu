@@ -866,6 +866,19 @@ __device__ __forceinline__ u16 ldg_u16_early(const u16* p) {
 // block; past the last one it moves gridDim.x items on (gq, gh, gb: gridDim.x in the same radix).
 struct WgCursor {
     int kb, qb, h, b;
+    // This CTA's first item, and gridDim.x in (qb, h, b) radix (gq, gh, gb).
+    __device__ __forceinline__ static WgCursor first(int nq, int H, int& gq, int& gh, int& gb) {
+        const int G = gridDim.x;
+        gq = G % nq;
+        gh = (G / nq) % H;
+        gb = G / (nq * H);
+        WgCursor c;
+        c.kb = 0;
+        c.qb = blockIdx.x % nq;
+        c.h = (blockIdx.x / nq) % H;
+        c.b = blockIdx.x / (nq * H);
+        return c;
+    }
     __device__ __forceinline__ bool next(int nkb, int nq, int H, int gq, int gh, int gb) {
         if (++kb < nkb) return false;
         kb = 0;
@@ -948,13 +961,8 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS) fmha_fwd
         lg[it] = lr[it] * (int)rs + c * 8;
     }
     // gridDim.x in (qb, h, b) radix, and this CTA's first item.
-    const int G = gridDim.x;
-    const int gq = G % nq, gh = (G / nq) % H, gb = G / (nq * H);
-    WgCursor L;
-    L.kb = 0;
-    L.qb = blockIdx.x % nq;
-    L.h = (blockIdx.x / nq) % H;
-    L.b = blockIdx.x / (nq * H);
+    int gq, gh, gb;
+    WgCursor L = WgCursor::first(nq, H, gq, gh, gb);
     WgCursor C = L;
     int l_stage = 0, l_qslot = 0;
 
@@ -1230,13 +1238,8 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS)
     }
     __syncthreads();
 
-    const int G = gridDim.x;
-    const int gq = G % nq, gh = (G / nq) % H, gb = G / (nq * H);
-    WgCursor L;
-    L.kb = 0;
-    L.qb = blockIdx.x % nq;
-    L.h = (blockIdx.x / nq) % H;
-    L.b = blockIdx.x / (nq * H);
+    int gq, gh, gb;
+    WgCursor L = WgCursor::first(nq, H, gq, gh, gb);
     WgCursor C = L;
     // Producer state: stage, Q slot, and the parity each "empty" / "qfree" wait expects (1 at
     // first: a fresh barrier's previous phase counts as complete).
