@@ -10,6 +10,30 @@ OUT=${OUT:-/tmp/fk-out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
 
+# Shared by the attention steps below.
+fmha_src() {  # fmha.cu as NVRTC sees it, for nvcc's resource reports
+  { cat kernels/src/cu/common.cuh; echo "#line 1 \"fmha.cu\""; cat kernels/src/cu/fmha.cu; } > /tmp/k_fmha.cu
+}
+nvcc_report() {  # KERNEL_REGEX -DDEFINE...: registers, spills and ptxas warnings of the kernels matched
+  local kernel=$1; shift
+  nvcc -arch=sm_90a -cubin -o /tmp/k.cubin -Xptxas -v -DHEAD_DIM=64 "$@" /tmp/k_fmha.cu 2>&1 \
+    | grep -E -A3 "error|warn|entry function .$kernel" | grep -E "error|warn|Compiling|registers|spill" | head -10
+}
+all_passed() { grep -q "CHECKS: \([0-9]*\)/\1 passed" "$1"; }
+sweep() {  # DEFINES...: the sweep's times, each set of FUSEPROF_KERNELS_DEFINES in its own process
+  for defs in "$@"; do
+    FUSEPROF_KERNELS_DEFINES="$defs" timeout 90 python3 kernels/bench/gpu_check.py --mode sweep 2>&1 \
+      | grep -E "SWEEP|rror" | tail -2
+  done
+}
+sanitize_attention() {  # DEFINES TAG: memcheck and racecheck of the small attention checks
+  for tool in memcheck racecheck; do
+    FUSEPROF_KERNELS_DEFINES="$1" CHECK_ONLY=attention timeout 150 compute-sanitizer --tool $tool \
+      --print-limit 10 python3 kernels/bench/gpu_check.py --mode race > "$OUT/$2_$tool.log" 2>&1
+    echo "$tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|CHECKS" "$OUT/$2_$tool.log"
+  done
+}
+
 if [[ $STEP == all || $STEP == check ]]; then
   # Register / spill / stack report of every variant, and a second compiler's opinion on syntax.
   for f in fmha window elementwise; do for bf in 0 1; do for hd in 32 64; do
@@ -59,14 +83,13 @@ if [[ $STEP == longsweep ]]; then
   # own process. The empty set is the default (on sm_90, fmha_fwd_long_wg for head_dim-64
   # sequences over 128; LONG_WGMMA=0: fmha_fwd_long; kernels/NOTES.md rounds 5-7). Earlier sets (LONG_SUB, LONG_MIN_BLOCKS,
   # LONG_RING) are in bench/results/longsweep-h100-2026-11-23.
-  { cat kernels/src/cu/common.cuh; echo "#line 1 \"fmha.cu\""; cat kernels/src/cu/fmha.cu; } > /tmp/k_fmha.cu
+  fmha_src
   while read -r defs; do
     echo "== [$defs]"
-    nvcc -arch=sm_90a -cubin -o /tmp/k.cubin -Xptxas -v -DFP_BF16=0 -DHEAD_DIM=64 $(for d in $defs; do echo -D$d; done) \
-      /tmp/k_fmha.cu 2>&1 | grep -E -A3 "error|warn|entry function .fmha_fwd_long" | grep -E "error|warn|Compiling|registers|spill" | head -10
+    nvcc_report fmha_fwd_long -DFP_BF16=0 $(for d in $defs; do echo -D$d; done)
     FUSEPROF_KERNELS_DEFINES="$defs" CHECK_ONLY=attention timeout 120 python3 kernels/bench/gpu_check.py --mode check 2>&1 \
       | grep -E "^FAIL|CHECKS" | head -5
-    FUSEPROF_KERNELS_DEFINES="$defs" timeout 90 python3 kernels/bench/gpu_check.py --mode sweep 2>&1 | grep -E "SWEEP|Error|error" | tail -2
+    sweep "$defs"
   done <<'SETS'
 
 LONG_WGMMA=0
@@ -85,10 +108,9 @@ if [[ $STEP == wgcheck ]]; then
   # pass, memcheck and racecheck of its small attention checks, the sweep's times of the
   # variants, the default and fmha_fwd_long (LONG_WGMMA=0) in the same call, and Nsight Compute
   # on the ViT call (default loop).
-  { cat kernels/src/cu/common.cuh; echo "#line 1 \"fmha.cu\""; cat kernels/src/cu/fmha.cu; } > /tmp/k_fmha.cu
+  fmha_src
   for d in "" "-DWG_OVERLAP=1 -DWG_RING=3" "-DWG_OVERLAP=1 -DWG_RING=4"; do
-    nvcc -arch=sm_90a -cubin -o /tmp/k.cubin -Xptxas -v -DFP_BF16=0 -DHEAD_DIM=64 $d /tmp/k_fmha.cu 2>&1 \
-      | grep -E -A3 "error|warn|entry function .fmha_fwd_long_wg" | grep -E "error|warn|Compiling|registers|spill" | head -6
+    nvcc_report fmha_fwd_long_wg -DFP_BF16=0 $d
   done
   for r in 3 4; do
     (FUSEPROF_KERNELS_DEFINES="WG_OVERLAP=1 WG_RING=$r" CHECK_ONLY=attention timeout 120 \
@@ -96,16 +118,9 @@ if [[ $STEP == wgcheck ]]; then
   done
   wait
   for r in 3 4; do echo "== WG_RING=$r"; grep -E "^FAIL|CHECKS|rror" "$OUT/check_wg_ring$r.log" | head -8; done
-  if [[ $(grep -l "CHECKS: \([0-9]*\)/\1 passed" "$OUT"/check_wg_ring*.log | wc -l) == 2 ]]; then
-    for tool in memcheck racecheck; do
-      FUSEPROF_KERNELS_DEFINES="WG_OVERLAP=1" CHECK_ONLY=attention timeout 150 compute-sanitizer --tool $tool --print-limit 10 \
-        python3 kernels/bench/gpu_check.py --mode race > "$OUT/wg_$tool.log" 2>&1
-      echo "$tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|CHECKS" "$OUT/wg_$tool.log"
-    done
-    for defs in "" "WG_OVERLAP=1" "WG_OVERLAP=1 WG_RING=4" "LONG_WGMMA=0"; do
-      FUSEPROF_KERNELS_DEFINES="$defs" timeout 90 python3 kernels/bench/gpu_check.py --mode sweep 2>&1 \
-        | grep -E "SWEEP|rror" | tail -2
-    done
+  if all_passed "$OUT/check_wg_ring3.log" && all_passed "$OUT/check_wg_ring4.log"; then
+    sanitize_attention "WG_OVERLAP=1" wg
+    sweep "" "WG_OVERLAP=1" "WG_OVERLAP=1 WG_RING=4" "LONG_WGMMA=0"
     PROFILE="vit" OUT=$OUT bash "$0" profile | grep -v "^name\|^NVIDIA"
   fi
 fi
@@ -115,33 +130,21 @@ if [[ $STEP == tmacheck ]]; then
   # instead of hanging; the timeout is the second guard); if they pass, memcheck and racecheck
   # of the small attention checks, the sweep's times with and without it, and Nsight Compute on
   # the ViT call.
-  { cat kernels/src/cu/common.cuh; echo "#line 1 \"fmha.cu\""; cat kernels/src/cu/fmha.cu; } > /tmp/k_fmha.cu
-  for bf in 0 1; do
-    nvcc -arch=sm_90a -cubin -o /tmp/k.cubin -Xptxas -v -DFP_BF16=$bf -DHEAD_DIM=64 /tmp/k_fmha.cu 2>&1 \
-      | grep -E -A3 "error|warn|entry function .fmha_fwd_long_tma" | grep -E "error|warn|Compiling|registers|spill" | head -6
-  done
+  fmha_src
+  for bf in 0 1; do nvcc_report fmha_fwd_long_tma -DFP_BF16=$bf; done
   FUSEPROF_KERNELS_DEFINES="LONG_TMA=1" CHECK_ONLY=attention timeout 150 \
     python3 kernels/bench/gpu_check.py --mode check > "$OUT/check_tma.log" 2>&1
   echo "check rc=$?"; grep -E "^FAIL|CHECKS|rror" "$OUT/check_tma.log" | head -12
-  if grep -q "CHECKS: \([0-9]*\)/\1 passed" "$OUT/check_tma.log"; then
-    for tool in memcheck racecheck; do
-      FUSEPROF_KERNELS_DEFINES="LONG_TMA=1" CHECK_ONLY=attention timeout 150 compute-sanitizer --tool $tool \
-        --print-limit 10 python3 kernels/bench/gpu_check.py --mode race > "$OUT/tma_$tool.log" 2>&1
-      echo "$tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|CHECKS" "$OUT/tma_$tool.log"
-    done
-    for defs in "LONG_TMA=1" "LONG_TMA=1 WG_RING=3" ""; do
-      FUSEPROF_KERNELS_DEFINES="$defs" timeout 90 python3 kernels/bench/gpu_check.py --mode sweep 2>&1 \
-        | grep -E "SWEEP|rror" | tail -2
-    done
+  if all_passed "$OUT/check_tma.log"; then
+    sanitize_attention "LONG_TMA=1" tma
+    sweep "LONG_TMA=1" "LONG_TMA=1 WG_RING=3" ""
     FUSEPROF_KERNELS_DEFINES="LONG_TMA=1" PROFILE="vit" OUT=$OUT bash "$0" profile | grep -v "^name\|^NVIDIA"
   fi
 fi
 if [[ $STEP == sets ]]; then
   # The sweep's times only, for each ';'-separated set of FUSEPROF_KERNELS_DEFINES in SETS.
   IFS=';' read -ra sets <<< "${SETS:-}"
-  for defs in "${sets[@]}"; do
-    FUSEPROF_KERNELS_DEFINES="$defs" timeout 90 python3 kernels/bench/gpu_check.py --mode sweep 2>&1 | grep -E "SWEEP|rror" | tail -2
-  done
+  sweep "${sets[@]}"
 fi
 if [[ $STEP == profile ]]; then
   # Nsight Compute on the attention kernels (PROFILE="window vit bert"): a summary per kernel

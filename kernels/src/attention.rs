@@ -415,14 +415,18 @@ pub unsafe fn launch_attention(
         };
     }
     let mut name = p.kernel_name();
+    let mut tensor_map = None;
     if p.wgmma_eligible() && wgmma_enabled() && gpu.current_arch()? == (9, 0) {
-        name = "fmha_fwd_long_wg";
-        cfg.block.0 = WG_THREADS;
-        cfg.shared_bytes = p.wg_smem_bytes(wg_ring()) as u32;
-        if tma_enabled() {
+        let smem = if tma_enabled() {
             name = "fmha_fwd_long_tma";
-            cfg.shared_bytes = p.tma_smem_bytes(wg_ring()) as u32;
-        }
+            tensor_map = Some(encode_tensor_map(bufs.qkv, p.dtype, &p.tma_geometry())?);
+            p.tma_smem_bytes(wg_ring())
+        } else {
+            name = "fmha_fwd_long_wg";
+            p.wg_smem_bytes(wg_ring())
+        };
+        cfg.block.0 = WG_THREADS;
+        cfg.shared_bytes = smem as u32;
         let resident = gpu.resident_ctas(
             Source::Fmha,
             p.dtype,
@@ -445,15 +449,16 @@ pub unsafe fn launch_attention(
         .i32(row_stride as i32)
         .f32(p.scale * std::f32::consts::LOG2_E)
         .i32(p.n_qblocks() as i32);
-    if name == "fmha_fwd_long_tma" {
-        args = args.tensor_map(encode_tensor_map(bufs.qkv, p.dtype, &p.tma_geometry())?);
+    if let Some(m) = tensor_map {
+        args = args.tensor_map(m);
     }
     // SAFETY: the argument list matches FMHA_PARAMS of the short and long kernels (the long
-    // ones' shared memory was sized from the ring they compiled with; the wgmma one takes only
-    // calls without bias or per-row mask, as wgmma_eligible checks); pointer extents are the
-    // caller's contract (documented above) and the grid covers exactly batch x heads x query
-    // blocks (one query block per (batch, head) for the short kernel, 128 rows for the long ones;
-    // the wgmma kernel strides over those items whatever its grid).
+    // ones' shared memory was sized from the ring they compiled with; the wgmma ones take only
+    // calls without bias or per-row mask, as wgmma_eligible checks; the TMA one also takes the
+    // tensor map of qkv, encoded above); pointer extents are the caller's contract (documented
+    // above) and the grid covers exactly batch x heads x query blocks (one query block per
+    // (batch, head) for the short kernel, 128 rows for the long ones; the wgmma kernels stride
+    // over those items whatever their grid).
     unsafe {
         gpu.launch(
             Source::Fmha,

@@ -854,6 +854,36 @@ __device__ __forceinline__ void wg_block(WgState& st, u64 qd, u64 kd, u64 vd, co
     wg_fence_acc<32>(st.o);
 }
 
+template <int V>
+struct WgInt {
+    static constexpr int value = V;
+};
+
+// Call f(WgInt<NK>, WgInt<KADD>) with the shape of a block holding `keys` keys < N: NK 16 / 32
+// for a short last block (WG_TAIL), else 64; KADD 1 when the per-key terms apply (a key mask,
+// keys past N, or a scale the folded exponent cannot take).
+template <class F>
+__device__ __forceinline__ void wg_dispatch(int keys, bool masked, float scale_log2, F&& f) {
+    if (WG_TAIL && keys <= 16) {
+        f(WgInt<16>(), WgInt<1>());
+    } else if (WG_TAIL && keys <= 32) {
+        f(WgInt<32>(), WgInt<1>());
+    } else if (keys < BLOCK_N || masked || !(scale_log2 > 0.f)) {
+        f(WgInt<64>(), WgInt<1>());
+    } else {
+        f(WgInt<64>(), WgInt<0>());
+    }
+}
+
+// The `keep` factor of a block (0 on an item's first block, which starts the rows afresh).
+__device__ __forceinline__ float wg_start_block(WgState& st, bool first) {
+    if (first) {
+        st.m0 = NEG_INF;
+        st.m1 = NEG_INF;
+    }
+    return first ? 0.f : 1.f;
+}
+
 // The 16 bits at p, loaded without waiting for them (asm volatile keeps the load where it is
 // written; the value is used a key block later).
 __device__ __forceinline__ u16 ldg_u16_early(const u16* p) {
@@ -1037,14 +1067,8 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS) fmha_fwd
     auto s_issue = [&]() {  // S of the consumer cursor's block, into s
         const u64 qd = wg_desc(s_q + (c_qslot * 2 + wg) * WG_TILE, 128, 1024);
         const u64 kd = wg_desc(s_k + c_stage * WG_TILE, 128, 1024);
-        const int keys = N - C.kb * BLOCK_N;
-        if (WG_TAIL && keys <= 16) {
-            wg_s_issue<16, false>(s, qd, kd);
-        } else if (WG_TAIL && keys <= 32) {
-            wg_s_issue<32, false>(s, qd, kd);
-        } else {
-            wg_s_issue<64, false>(s, qd, kd);
-        }
+        wg_dispatch(N - C.kb * BLOCK_N, false, 1.f,
+                    [&](auto nk, auto) { wg_s_issue<decltype(nk)::value, false>(s, qd, kd); });
     };
     cp_async_wait<n_ring - 2>();                                     // block 0's group
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // cp.async writes -> wgmma reads
@@ -1063,23 +1087,12 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS) fmha_fwd
                      pq0 + wg * 64 + wwarp * 16, g, tq, lane);
         }
         if (act) {
-            const float keep = C.kb == 0 ? 0.f : 1.f;  // the first block starts the item afresh
-            if (C.kb == 0) {
-                st.m0 = NEG_INF;
-                st.m1 = NEG_INF;
-            }
+            const float keep = wg_start_block(st, C.kb == 0);
             const u64 vd = wg_desc(s_v + c_stage * WG_TILE, 1024, 128);
             const float* ka = kadd[c_stage];
-            const int keys = N - C.kb * BLOCK_N;
-            if (WG_TAIL && keys <= 16) {
-                wg_softmax_pv<16, true>(st, s, vd, ka, scale_log2, tq, keep);
-            } else if (WG_TAIL && keys <= 32) {
-                wg_softmax_pv<32, true>(st, s, vd, ka, scale_log2, tq, keep);
-            } else if (keys < BLOCK_N || mask != nullptr || !(scale_log2 > 0.f)) {
-                wg_softmax_pv<64, true>(st, s, vd, ka, scale_log2, tq, keep);
-            } else {
-                wg_softmax_pv<64, false>(st, s, vd, ka, scale_log2, tq, keep);
-            }
+            wg_dispatch(N - C.kb * BLOCK_N, mask != nullptr, scale_log2, [&](auto nk, auto kadd_on) {
+                wg_softmax_pv<decltype(nk)::value, decltype(kadd_on)::value != 0>(st, s, vd, ka, scale_log2, tq, keep);
+            });
         }
         P = C;
         p_qslot = c_qslot;
@@ -1108,6 +1121,8 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS) fmha_fwd
         issue();          // into that stage (and, on an item's first block, the other Q slot)
         const int q0 = C.qb * WG_BM;
         if (q0 + wg * 64 < N) {  // uniform per warpgroup
+            // wg_start_block and wg_dispatch written out: this is the code run 9 measured, and
+            // the helpers, same in effect, change its PTX (branch layout).
             const float keep = C.kb == 0 ? 0.f : 1.f;  // the first block starts the item afresh
             if (C.kb == 0) {
                 st.m0 = NEG_INF;
@@ -1292,25 +1307,15 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS)
         const int q0 = C.qb * WG_BM;
         const bool act = q0 + wg * 64 < N;  // uniform per warpgroup
         if (act) {
-            const float keep = C.kb == 0 ? 0.f : 1.f;
-            if (C.kb == 0) {
-                st.m0 = NEG_INF;
-                st.m1 = NEG_INF;
-            }
+            const float keep = wg_start_block(st, C.kb == 0);
             const u64 qd = wg_desc_sw128(s_q + (c_qslot * 2 + wg) * WG_TILE);
             const u64 kd = wg_desc_sw128(s_k + c_stage * WG_TILE);
             const u64 vd = wg_desc_sw128(s_v + c_stage * WG_TILE);
             const float* ka = kadd[c_stage];
-            const int keys = N - C.kb * BLOCK_N;
-            if (WG_TAIL && keys <= 16) {
-                wg_block<16, true, 2>(st, qd, kd, vd, ka, scale_log2, tq, keep);
-            } else if (WG_TAIL && keys <= 32) {
-                wg_block<32, true, 2>(st, qd, kd, vd, ka, scale_log2, tq, keep);
-            } else if (keys < BLOCK_N || mask != nullptr || !(scale_log2 > 0.f)) {
-                wg_block<64, true, 2>(st, qd, kd, vd, ka, scale_log2, tq, keep);
-            } else {
-                wg_block<64, false, 2>(st, qd, kd, vd, ka, scale_log2, tq, keep);
-            }
+            wg_dispatch(N - C.kb * BLOCK_N, mask != nullptr, scale_log2, [&](auto nk, auto kadd_on) {
+                wg_block<decltype(nk)::value, decltype(kadd_on)::value != 0, 2>(st, qd, kd, vd, ka, scale_log2, tq,
+                                                                              keep);
+            });
         }
         if ((tid & 127) == 0) mbar_arrive(s_empty + 8 * c_stage);  // this warpgroup is done with the stage
         if (C.kb == nkb - 1) {
