@@ -404,17 +404,20 @@ def launched_kernels(f):
 
 
 def sdpa_best(q, k, v, mask):
+    """The fastest SDPA backend on this call: (ms, name, every backend's time as text)."""
     from torch.nn.attention import sdpa_kernel, SDPBackend
-    best, name = None, None
+    best, name, times = None, None, []
     for be in (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION,
                SDPBackend.MATH):
         def f(be=be):
             with sdpa_kernel([be]):
                 return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         t = try_ms(f)
+        be_name = str(be).split(".")[-1]
+        times.append(f"{be_name}={t * 1e3:.1f}" if t is not None else f"{be_name}=n/a")
         if t is not None and (best is None or t < best):
-            best, name = t, str(be).split(".")[-1]
-    return best, name
+            best, name = t, be_name
+    return best, name, " ".join(times)
 
 
 def same_size_copy_us(traffic_bytes):
@@ -506,7 +509,7 @@ def bench_all():
         x = qkv.view(nw, N, 3, H, d).permute(2, 0, 3, 1, 4)
         full = (bias.unsqueeze(0) + mask.view(1, 64, 1, N, N)).expand(nw // 64, 64, H, N, N).reshape(nw, H, N, N)
         full = full.contiguous()
-        s, sname = sdpa_best(x[0], x[1], x[2], full)
+        s, sname, _ = sdpa_best(x[0], x[1], x[2], full)
         io = 4 * nw * N * C * 2
         row(f"window fMHA {label}", f"{nw}x{H}x49x32 bias+mask", ours, e, c, s, io, 4 * nw * H * N * N * d, copy_gbps,
             note=f"ours = persistent kernel on the precombined bias+mask (combined once, excluded); "
@@ -551,7 +554,7 @@ def bench_all():
         e = bench_ms(eager_chain)
         c = try_ms(compiled(eager_chain))
         x = qkv.view(B, N, 3, H, d).permute(2, 0, 3, 1, 4)
-        s, sname = sdpa_best(x[0], x[1], x[2], m4)
+        s, sname, stimes = sdpa_best(x[0], x[1], x[2], m4)
 
         def sdpa_chain():
             xx = qkv.view(B, N, 3, H, d).permute(2, 0, 3, 1, 4)
@@ -561,8 +564,8 @@ def bench_all():
         ran = launched_kernels(lambda: fk.attention(qkv, H, N, key_padding_mask=kpm))
         row("fMHA " + label, f"{B}x{H}x{N}x{d}", ours, e, c, s, io, 4 * B * H * N * N * d, copy_gbps,
             note=f"ours={ran}; "
-                 f"sdpa best={sname} (kernel only, q/k/v views); sdpa default + output transpose "
-                 f"{sc * 1e3 if sc else float('nan'):.1f} us",
+                 f"sdpa best={sname} (kernel only, q/k/v views; us: {stimes}); sdpa default + output "
+                 f"transpose {sc * 1e3 if sc else float('nan'):.1f} us",
             extra=dict(sdpa_chain_us=sc * 1e3 if sc else None))
 
     if os.environ.get("BENCH_ONLY") == "attention":  # a quick iteration on the attention kernels

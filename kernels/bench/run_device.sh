@@ -80,8 +80,9 @@ fi
 if [[ $STEP == longsweep ]]; then
   # fmha_fwd_long's tuning constants (FUSEPROF_KERNELS_DEFINES): registers and spills from nvcc,
   # the attention checks (fresh inputs, both dtypes) and the ViT / BERT times, each set in its
-  # own process. The empty set is the default (on sm_90, fmha_fwd_long_wg for head_dim-64
-  # sequences over 128; LONG_WGMMA=0: fmha_fwd_long; kernels/NOTES.md rounds 5-7). Earlier sets (LONG_SUB, LONG_MIN_BLOCKS,
+  # own process. The empty set is the default (on sm_90, fmha_fwd_long_tma for head_dim-64
+  # sequences over 64); LONG_TMA=0: fmha_fwd_long_wg over 128 (kernels/NOTES.md rounds 5-7);
+  # with LONG_WGMMA=0 as well: fmha_fwd_long. Earlier sets (LONG_SUB, LONG_MIN_BLOCKS,
   # LONG_RING) are in bench/results/longsweep-h100-2026-11-23.
   fmha_src
   while read -r defs; do
@@ -92,53 +93,70 @@ if [[ $STEP == longsweep ]]; then
     sweep "$defs"
   done <<'SETS'
 
-LONG_WGMMA=0
-WG_TAIL=0
-WG_RING=3
-WG_OVERLAP=1
-WG_MIN_BLOCKS=1
-WG_MIN_BLOCKS=3
-LONG_TMA=1
+LONG_TMA=0
+LONG_TMA=0 LONG_WGMMA=0
+LONG_TMA=0 WG_TAIL=0
+LONG_TMA=0 WG_RING=3
+LONG_TMA=0 WG_OVERLAP=1
+LONG_TMA=0 WG_MIN_BLOCKS=1
+LONG_TMA=0 WG_MIN_BLOCKS=3
 SETS
 fi
 if [[ $STEP == wgcheck ]]; then
-  # fmha_fwd_long_wg: nvcc's report (registers, spills, ptxas warnings, e.g. a serialised wgmma
+  # fmha_fwd_long_wg (LONG_TMA=0 in every set, since fmha_fwd_long_tma takes its calls by
+  # default): nvcc's report (registers, spills, ptxas warnings, e.g. a serialised wgmma
   # chain) for the default loop and the overlapped one (WG_OVERLAP=1) with 3 / 4 stages; the
   # attention checks of the overlapped loop with 3 and 4 stages (two processes at once); if both
-  # pass, memcheck and racecheck of its small attention checks, the sweep's times of the
-  # variants, the default and fmha_fwd_long (LONG_WGMMA=0) in the same call, and Nsight Compute
-  # on the ViT call (default loop).
+  # pass, the sweep's times of the variants, the default and fmha_fwd_long (LONG_WGMMA=0) in
+  # the same call, memcheck and racecheck of its small attention checks, and Nsight Compute on
+  # the ViT call (default loop).
   fmha_src
   for d in "" "-DWG_OVERLAP=1 -DWG_RING=3" "-DWG_OVERLAP=1 -DWG_RING=4"; do
     nvcc_report fmha_fwd_long_wg -DFP_BF16=0 $d
   done
   for r in 3 4; do
-    (FUSEPROF_KERNELS_DEFINES="WG_OVERLAP=1 WG_RING=$r" CHECK_ONLY=attention timeout 120 \
+    (FUSEPROF_KERNELS_DEFINES="LONG_TMA=0 WG_OVERLAP=1 WG_RING=$r" CHECK_ONLY=attention timeout 120 \
       python3 kernels/bench/gpu_check.py --mode check > "$OUT/check_wg_ring$r.log" 2>&1) &
   done
   wait
   for r in 3 4; do echo "== WG_RING=$r"; grep -E "^FAIL|CHECKS|rror" "$OUT/check_wg_ring$r.log" | head -8; done
   if all_passed "$OUT/check_wg_ring3.log" && all_passed "$OUT/check_wg_ring4.log"; then
-    sanitize_attention "WG_OVERLAP=1" wg
-    sweep "" "WG_OVERLAP=1" "WG_OVERLAP=1 WG_RING=4" "LONG_WGMMA=0"
-    PROFILE="vit" OUT=$OUT bash "$0" profile | grep -v "^name\|^NVIDIA"
+    sweep "LONG_TMA=0" "LONG_TMA=0 WG_OVERLAP=1" "LONG_TMA=0 WG_OVERLAP=1 WG_RING=4" "LONG_TMA=0 LONG_WGMMA=0"
+    sanitize_attention "LONG_TMA=0 WG_OVERLAP=1" wg
+    FUSEPROF_KERNELS_DEFINES="LONG_TMA=0" PROFILE="vit" OUT=$OUT bash "$0" profile | grep -v "^name\|^NVIDIA"
   fi
 fi
 if [[ $STEP == tmacheck ]]; then
-  # fmha_fwd_long_tma (LONG_TMA=1; kernels/NOTES.md round 8): nvcc's report for it (registers,
-  # spills, ptxas warnings), the attention checks (a broken hand-off traps after ~16 M polls
-  # instead of hanging; the timeout is the second guard); if they pass, memcheck and racecheck
-  # of the small attention checks, the sweep's times with and without it, and Nsight Compute on
-  # the ViT call.
+  # fmha_fwd_long_tma (kernels/NOTES.md rounds 8-9) under each ';'-separated set of
+  # FUSEPROF_KERNELS_DEFINES in CHECK_SETS (default "TMA_RING=3", the default build): nvcc's report (registers,
+  # spills, ptxas warnings), the attention checks of every set at once (a broken hand-off traps
+  # after ~16 M polls instead of hanging; the timeout is the second guard); if all pass, the
+  # sweep's times of SWEEP_SETS (default: the check sets and LONG_TMA=0), memcheck and
+  # racecheck of the first set's small attention checks, and with PROFILE=vit, Nsight Compute on
+  # the ViT call under the first set.
   fmha_src
-  for bf in 0 1; do nvcc_report fmha_fwd_long_tma -DFP_BF16=$bf; done
-  FUSEPROF_KERNELS_DEFINES="LONG_TMA=1" CHECK_ONLY=attention timeout 150 \
-    python3 kernels/bench/gpu_check.py --mode check > "$OUT/check_tma.log" 2>&1
-  echo "check rc=$?"; grep -E "^FAIL|CHECKS|rror" "$OUT/check_tma.log" | head -12
-  if all_passed "$OUT/check_tma.log"; then
-    sanitize_attention "LONG_TMA=1" tma
-    sweep "LONG_TMA=1" "LONG_TMA=1 WG_RING=3" ""
-    FUSEPROF_KERNELS_DEFINES="LONG_TMA=1" PROFILE="vit" OUT=$OUT bash "$0" profile | grep -v "^name\|^NVIDIA"
+  IFS=';' read -ra csets <<< "${CHECK_SETS:-TMA_RING=3}"
+  IFS=';' read -ra ssets <<< "${SWEEP_SETS:-${CHECK_SETS:-TMA_RING=3};LONG_TMA=0}"
+  for defs in "${csets[@]}"; do
+    echo "== nvcc [$defs]"; nvcc_report fmha_fwd_long_tma -DFP_BF16=0 $(for d in $defs; do echo -D$d; done)
+  done
+  for i in "${!csets[@]}"; do
+    (FUSEPROF_KERNELS_DEFINES="${csets[$i]}" CHECK_ONLY=attention timeout 150 \
+      python3 kernels/bench/gpu_check.py --mode check > "$OUT/check_tma$i.log" 2>&1) &
+  done
+  wait
+  ok=1
+  for i in "${!csets[@]}"; do
+    echo "== checks [${csets[$i]}]"; grep -E "^FAIL|CHECKS|rror" "$OUT/check_tma$i.log" | head -12
+    all_passed "$OUT/check_tma$i.log" || ok=0
+  done
+  if [[ $ok == 1 ]]; then
+    sweep "${ssets[@]}"
+    sanitize_attention "${csets[0]}" tma
+    if [[ -n ${PROFILE:-} ]]; then
+      FUSEPROF_KERNELS_DEFINES="${csets[0]}" OUT=$OUT bash "$0" profile | grep -v "^name\|^NVIDIA"
+      mv "$OUT/ncu_vit.summary.txt" "$OUT/ncu_vit_tma.summary.txt"; mv "$OUT/ncu_full.tar.gz" "$OUT/ncu_full_tma.tar.gz"
+    fi
   fi
 fi
 if [[ $STEP == sets ]]; then

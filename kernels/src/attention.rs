@@ -57,11 +57,20 @@ pub fn wgmma_enabled() -> bool {
     tuning_value("LONG_WGMMA", 1) != 0
 }
 
-/// True when `FUSEPROF_KERNELS_DEFINES` has `LONG_TMA=1`: the calls `fmha_fwd_long_wg` would
-/// take run `fmha_fwd_long_tma` (TMA loads, mbarrier hand-offs; kernels/NOTES.md round 8, not
-/// yet run on a GPU) instead.
+/// False when `FUSEPROF_KERNELS_DEFINES` has `LONG_TMA=0`: then the calls `fmha_fwd_long_tma`
+/// takes (TMA loads, mbarrier hand-offs; kernels/NOTES.md rounds 8-9) go back to
+/// `fmha_fwd_long_wg` (sequences over 128) or `fmha_fwd_long`.
 pub fn tma_enabled() -> bool {
-    tuning_value("LONG_TMA", 0) != 0
+    tuning_value("LONG_TMA", 1) != 0
+}
+/// `TMA_MIN_SEQ=n` (host side): sequences longer than n (default 64: BERT's 128 included, 27.8
+/// against 37.4 us on `fmha_fwd_long`, NOTES.md round 9) take `fmha_fwd_long_tma`.
+fn tma_min_seq() -> usize {
+    tuning_value("TMA_MIN_SEQ", LONG_BLOCK_N as u32) as usize
+}
+/// Stages of `fmha_fwd_long_tma`'s ring: its `TMA_RING` tuning constant (2 to 4, default 3).
+fn tma_ring() -> usize {
+    tuning_value("TMA_RING", 3).clamp(2, 4) as usize
 }
 
 /// How the optional mask is laid out.
@@ -215,14 +224,28 @@ impl AttentionParams {
         }
     }
 
-    /// True when `fmha_fwd_long_wg` takes this call on an sm_90 GPU: an `fmha_fwd_long` call at
+    /// True when `fmha_fwd_long_wg` takes this call on an sm_90 GPU with `LONG_TMA=0` (by default
+    /// `fmha_fwd_long_tma` takes these calls, [`Self::tma_eligible`]): an `fmha_fwd_long` call at
     /// head_dim 64 whose additive term is at most one value per key (no bias, no window mask),
     /// longer than 128 (more than two key blocks). Measured on the H100 (kernels/NOTES.md round
     /// 6): ViT (197) 69.6 vs 75.3 us on `fmha_fwd_long`; at BERT's 128 the mma.sync kernel is as
     /// fast with the key mask (37.7 vs 38.0 us) and faster without (33.9 vs 37.0 us).
     pub fn wgmma_eligible(&self) -> bool {
+        self.wgmma_shape() && self.seq > LONG_BLOCK_M
+    }
+
+    /// True when `fmha_fwd_long_tma` can take this call with a ring of `ring` stages and is
+    /// asked to (`min_seq`: the shortest sequence sent to it is `min_seq + 1`): the shape
+    /// `fmha_fwd_long_wg` takes, with at least `ring - 1` key blocks per item (the producer fills
+    /// a query slot only after the item two before it has been stored).
+    pub fn tma_eligible(&self, ring: usize, min_seq: usize) -> bool {
+        self.wgmma_shape()
+            && self.seq > min_seq
+            && self.seq.div_ceil(LONG_BLOCK_N) >= ring.saturating_sub(1)
+    }
+
+    fn wgmma_shape(&self) -> bool {
         self.kernel_name() == "fmha_fwd_long"
-            && self.seq > LONG_BLOCK_M
             && self.head_dim == 64
             && !self.has_bias
             && matches!(self.mask, AttentionMask::None | AttentionMask::KeyPadding)
@@ -416,11 +439,12 @@ pub unsafe fn launch_attention(
     }
     let mut name = p.kernel_name();
     let mut tensor_map = None;
-    if p.wgmma_eligible() && wgmma_enabled() && gpu.current_arch()? == (9, 0) {
-        let smem = if tma_enabled() {
+    let tma = tma_enabled() && p.tma_eligible(tma_ring(), tma_min_seq());
+    if (tma || p.wgmma_eligible()) && wgmma_enabled() && gpu.current_arch()? == (9, 0) {
+        let smem = if tma {
             name = "fmha_fwd_long_tma";
             tensor_map = Some(encode_tensor_map(bufs.qkv, p.dtype, &p.tma_geometry())?);
-            p.tma_smem_bytes(wg_ring())
+            p.tma_smem_bytes(tma_ring())
         } else {
             name = "fmha_fwd_long_wg";
             p.wg_smem_bytes(wg_ring())
@@ -718,6 +742,17 @@ mod tests {
         windows.mask = AttentionMask::Windows { n_windows: 2 };
         assert!(!windows.wgmma_eligible());
         assert!(!params(2, 64, 4, 64).wgmma_eligible());
+        // the TMA kernel: the same shapes, from min_seq + 1, with ring - 1 key blocks or more
+        assert!(vit.tma_eligible(2, 128));
+        assert!(!bert128.tma_eligible(2, 128));
+        assert!(bert128.tma_eligible(3, 64));
+        assert!(!bert128.tma_eligible(4, 64));
+        assert!(params(2, 65, 4, 64).tma_eligible(3, 64));
+        assert!(!params(2, 65, 4, 64).tma_eligible(4, 64));
+        assert!(!params(2, 64, 4, 64).tma_eligible(2, 0)); // the short kernel's
+        assert!(!biased.tma_eligible(2, 0));
+        assert!(!windows.tma_eligible(2, 0));
+        assert_eq!(tma_min_seq(), 64);
         // two Q slots of 128 rows + K, V 2 x 64 rows of 64 fp16 (no padding); 2 x 64 fp32 key
         // terms; with 3 stages 2 CTAs still fit an H100 SM (228 KiB)
         assert_eq!(vit.wg_smem_bytes(2), 512 * 64 * 2 + 512);
@@ -729,7 +764,8 @@ mod tests {
         assert_eq!(params(1, 100, 2, 64).wg_grid(264, true), 2);
         assert!(!wg_overlap());
         assert_eq!(wg_ring(), 2);
-        assert!(!tma_enabled());
+        assert!(tma_enabled());
+        assert_eq!(tma_ring(), 3);
         // the TMA variant: + alignment slack + 2 x 2 stage barriers + 2 Q-slot barriers
         assert_eq!(vit.tma_smem_bytes(2), vit.wg_smem_bytes(2) + 1024 + 48);
         assert!(2 * (vit.tma_smem_bytes(3) + 1024) <= 228 * 1024);

@@ -85,6 +85,9 @@ impl Source {
             format!("--gpu-architecture={arch}"),
             "--std=c++17".to_string(),
             "-lineinfo".to_string(),
+            // The kernels have no host code; without this NVRTC takes a generic lambda in a
+            // kernel (fmha.cu's wg_dispatch callers) for a host function.
+            "--device-as-default-execution-space".to_string(),
             format!("-DFP_BF16={}", u32::from(dtype == DType::BF16)),
         ];
         if self == Source::Fmha {
@@ -753,6 +756,8 @@ mod tests {
         assert!(o.contains(&"--gpu-architecture=compute_90".to_string()));
         assert!(o.contains(&"-DFP_BF16=1".to_string()));
         assert!(o.contains(&"-DHEAD_DIM=64".to_string()));
+        // fmha.cu's kernels call generic lambdas, which NVRTC otherwise takes for host code
+        assert!(o.contains(&"--device-as-default-execution-space".to_string()));
         let w = Source::Window.compile_options(DType::F16, 0, "compute_80");
         assert!(w.contains(&"-DFP_BF16=0".to_string()));
         assert!(!w.iter().any(|s| s.starts_with("-DHEAD_DIM")));

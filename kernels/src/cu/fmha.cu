@@ -647,8 +647,9 @@ typedef unsigned long long u64;
 // the next block issued right behind P V of this one, one wait for both; needs 3 or 4 stages,
 // default 3). Measured on the H100 (NOTES.md round 7): 1 was slower (ViT 71.5 vs 68.8 us), since
 // ptxas serialised the wgmma chain (C7515: the zeroing of the S accumulators sat between the
-// P V issue and its wait; it is gone since, not yet measured). With 4 stages two Q slots need every item to have at least 3 key
-// blocks (N > 128): the launcher sends this kernel nothing shorter.
+// P V issue and its wait; without it, round 9: no warning, still slower, 72.0 vs 70.0 us). With
+// 4 stages two Q slots need every item to have at least 3 key blocks (N > 128): the launcher
+// sends this kernel nothing shorter.
 #ifndef WG_OVERLAP
 #define WG_OVERLAP 0
 #endif
@@ -657,6 +658,19 @@ typedef unsigned long long u64;
 #endif
 #if WG_RING < 2 || WG_RING > 4 || (WG_OVERLAP && WG_RING < 3)
 #error "WG_RING must be 2 to 4 (3 or 4 with WG_OVERLAP)"
+#endif
+// fmha_fwd_long_tma's stages (kernels/NOTES.md round 9: ViT 49.2 us at 3, 50.9 at 2, 49.8 at 4).
+#ifndef TMA_RING
+#define TMA_RING 3
+#endif
+#if TMA_RING < 2 || TMA_RING > 4
+#error "TMA_RING must be 2 to 4"
+#endif
+// TMA_LATE=1: the producer fills block f - 1's stage at the end of block f instead of at its
+// start, when the other warpgroup has most likely finished block f - 1 (warp 0 then waits less
+// for it, and its own warpgroup with it); the copies get one block less of lead.
+#ifndef TMA_LATE
+#define TMA_LATE 0
 #endif
 
 // Byte offset of 16-byte chunk c (0..7) of row r in a core-matrix tile.
@@ -1156,18 +1170,21 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS) fmha_fwd
     cp_async_wait<0>();
 }
 
-// ---- fmha_fwd_long_tma (LONG_TMA=1; not yet run on a GPU) ----
+// ---- fmha_fwd_long_tma (the default on sm_90 for head_dim-64 calls with N > 64 and at most a
+// key mask; LONG_TMA=0 turns it off; NOTES.md round 9) ----
 //
 // fmha_fwd_long_wg's item walk and block step with the loads and hand-offs changed: each 64 x 64
 // tile comes by one TMA copy into a 128-byte-swizzled tile (tmap describes qkv as
 // [64 elements][N tokens][3 x H slabs][B]; rows past N read as zeros), and the two warpgroups
 // meet no CTA barrier inside the loop. A stage is "full" when its bytes have landed (mbarrier
-// with a transaction count) and "empty" when both warpgroups have finished its P V (one arrival
-// each); a Q slot is free when both have stored the item that used it. Warp 0 (of warpgroup 0)
-// is also the producer: before loading block f + WG_RING - 1 into block f - 1's stage it waits
-// for that stage's "empty", so warpgroup 0 runs at most one block ahead of warpgroup 1.
-// Needs N > 128 (at least WG_RING - 1 key blocks per item, else the producer would wait for its
-// own warpgroup's later release of a Q slot); the launcher sends nothing shorter.
+// with a transaction count and all 32 producer lanes' arrivals) and "empty" when all 256
+// threads have finished its P V (one arrival each: an arrival releases only its own thread's
+// accesses); a Q slot is free when both warpgroups have stored the item that used it. Warp 0 (of
+// warpgroup 0) is also the producer: before loading block f + TMA_RING - 1 into block f - 1's
+// stage it waits for that stage's "empty", so warpgroup 0 runs at most one block ahead of
+// warpgroup 1.
+// Needs at least TMA_RING - 1 key blocks per item, else the producer would wait for its own
+// warpgroup's later release of a Q slot; the launcher sends nothing shorter (tma_eligible).
 
 // A CUtensorMap (128 bytes), passed by value as a __grid_constant__ parameter.
 struct __align__(64) WgTmaMap {
@@ -1219,7 +1236,7 @@ __device__ __forceinline__ void wg_bar_sync(int id) {  // the 128 threads of one
 
 extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS)
     fmha_fwd_long_tma(FMHA_PARAMS, const __grid_constant__ WgTmaMap tmap) {
-    constexpr int n_ring = WG_RING;
+    constexpr int n_ring = TMA_RING;
     extern __shared__ __align__(128) unsigned char wsmem[];
     // As fmha_fwd_long_wg, from a 1024-byte-aligned base (the swizzle atom), then the barriers:
     // full[n_ring], empty[n_ring], qfree[2].
@@ -1244,8 +1261,8 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS)
     const bool producer = wg == 0 && wwarp == 0;  // warp-uniform
     if (tid == 0) {
         for (int i = 0; i < n_ring; ++i) {
-            mbar_init(s_full + 8 * i, 1);
-            mbar_init(s_empty + 8 * i, 2);
+            mbar_init(s_full + 8 * i, 32);
+            mbar_init(s_empty + 8 * i, WG_THREADS);
         }
         mbar_init(s_qfree, 2);
         mbar_init(s_qfree + 8, 2);
@@ -1275,9 +1292,12 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS)
         const u16* kp = mask != nullptr ? mask + (i64)(L.b % n_mask) * N : nullptr;
 #pragma unroll
         for (int k = lane; k < BLOCK_N; k += 32) kadd[l_stage][k] = key_add(kp, row0 + k, N);
-        __syncwarp();  // the terms before lane 0's arrival (a release) below
-        if (lane == 0) {
-            const u32 full = s_full + 8 * l_stage;
+        // Every lane arrives (an arrival releases only its own thread's writes: the terms);
+        // lane 0's also expects the tiles' bytes, then issues their copies.
+        const u32 full = s_full + 8 * l_stage;
+        if (lane != 0) {
+            mbar_arrive(full);
+        } else {
             mbar_expect_tx(full, (L.kb == 0 ? 4 : 2) * WG_TILE);
             tma_load_4d(s_k + l_stage * WG_TILE, &tmap, row0, H + L.h, L.b, full);
             tma_load_4d(s_v + l_stage * WG_TILE, &tmap, row0, 2 * H + L.h, L.b, full);
@@ -1301,7 +1321,7 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS)
     int c_stage = 0, c_qslot = 0;
     u32 c_full_par = 0;
     while (C.b < B) {  // uniform for the whole CTA
-        if (producer) produce();  // block f + n_ring - 1, into block f - 1's stage
+        if (!TMA_LATE && producer) produce();  // block f + n_ring - 1, into block f - 1's stage
         mbar_wait(s_full + 8 * c_stage, (c_full_par >> c_stage) & 1u);
         c_full_par ^= 1u << c_stage;
         const int q0 = C.qb * WG_BM;
@@ -1317,7 +1337,9 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS)
                                                                               keep);
             });
         }
-        if ((tid & 127) == 0) mbar_arrive(s_empty + 8 * c_stage);  // this warpgroup is done with the stage
+        // This thread is done with the stage. Every thread arrives: an arrival releases only its
+        // own thread's reads (the per-key terms), and a warp's wgmma waits cover only its rows.
+        mbar_arrive(s_empty + 8 * c_stage);
         if (C.kb == nkb - 1) {
             if (act) {
                 wg_store<true>(st, sbase + (c_qslot * 2 + wg) * WG_TILE + wwarp * 2048, out, C.b, C.h, N, H,
@@ -1328,6 +1350,7 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS)
         }
         if (C.next(nkb, nq, H, gq, gh, gb)) c_qslot ^= 1;
         c_stage = c_stage + 1 == n_ring ? 0 : c_stage + 1;
+        if (TMA_LATE && producer) produce();
     }
 }
 #endif
