@@ -403,8 +403,11 @@ def launched_kernels(f):
         return "?"
 
 
-def sdpa_best(q, k, v, mask):
-    """The fastest SDPA backend on this call: (ms, name, every backend's time as text)."""
+def sdpa_best(q, k, v, mask, reps=2):
+    """The fastest SDPA backend on this call: (ms, name, every backend's time as text). Each
+    backend is timed `reps` times and keeps its fastest median: single medians of the cuDNN and
+    flash backends came out up to 3x slow in some runs (a slow host launch shows in do_bench's
+    per-call events), which would flatter our ratio."""
     from torch.nn.attention import sdpa_kernel, SDPBackend
     best, name, times = None, None, []
     for be in (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.CUDNN_ATTENTION,
@@ -412,7 +415,8 @@ def sdpa_best(q, k, v, mask):
         def f(be=be):
             with sdpa_kernel([be]):
                 return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        t = try_ms(f)
+        ts = [t for t in (try_ms(f) for _ in range(reps if be != SDPBackend.MATH else 1)) if t is not None]
+        t = min(ts) if ts else None
         be_name = str(be).split(".")[-1]
         times.append(f"{be_name}={t * 1e3:.1f}" if t is not None else f"{be_name}=n/a")
         if t is not None and (best is None or t < best):
@@ -551,10 +555,10 @@ def bench_all():
             if m4 is not None:
                 a = a + m4
             return (a.softmax(-1) @ v).transpose(1, 2).reshape(B * N, C)
+        x = qkv.view(B, N, 3, H, d).permute(2, 0, 3, 1, 4)
+        s, sname, stimes = sdpa_best(x[0], x[1], x[2], m4)  # before torch.compile's workers start
         e = bench_ms(eager_chain)
         c = try_ms(compiled(eager_chain))
-        x = qkv.view(B, N, 3, H, d).permute(2, 0, 3, 1, 4)
-        s, sname, stimes = sdpa_best(x[0], x[1], x[2], m4)
 
         def sdpa_chain():
             xx = qkv.view(B, N, 3, H, d).permute(2, 0, 3, 1, 4)

@@ -262,9 +262,10 @@ impl AttentionParams {
 
     /// Dynamic shared memory of `fmha_fwd_long_tma`: `fmha_fwd_long_wg`'s, up to 1023 bytes to
     /// align the tiles to 1024 (the swizzle atom), and the mbarriers (full and empty per stage,
-    /// two Q-slot ones), 8 bytes each.
+    /// two Q-slot ones, and the V tiles' own per stage, which only `TMA_SPLITV=1` uses), 8
+    /// bytes each.
     pub fn tma_smem_bytes(&self, ring: usize) -> usize {
-        self.wg_smem_bytes(ring) + 1024 + (2 * ring + 2) * 8
+        self.wg_smem_bytes(ring) + 1024 + (3 * ring + 2) * 8
     }
 
     /// The TMA view of `qkv` that `fmha_fwd_long_tma` loads through: `[head_dim elements][seq
@@ -766,8 +767,8 @@ mod tests {
         assert_eq!(wg_ring(), 2);
         assert!(tma_enabled());
         assert_eq!(tma_ring(), 3);
-        // the TMA variant: + alignment slack + 2 x 2 stage barriers + 2 Q-slot barriers
-        assert_eq!(vit.tma_smem_bytes(2), vit.wg_smem_bytes(2) + 1024 + 48);
+        // the TMA variant: + alignment slack + 3 x 2 stage barriers + 2 Q-slot barriers
+        assert_eq!(vit.tma_smem_bytes(2), vit.wg_smem_bytes(2) + 1024 + 64);
         assert!(2 * (vit.tma_smem_bytes(3) + 1024) <= 228 * 1024);
         // 4 stages: still 2 CTAs per SM
         assert!(2 * (vit.wg_smem_bytes(4) + 1024) <= 228 * 1024);

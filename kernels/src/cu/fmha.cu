@@ -672,6 +672,29 @@ typedef unsigned long long u64;
 #ifndef TMA_LATE
 #define TMA_LATE 0
 #endif
+// Tuning constant: 1 has the producer fill a stage while its warpgroup's S is in flight, not
+// before the block, so warps 1-3 of warpgroup 0 do not wait for warp 0 at the first wgmma
+// (round 10: with WG_DESC32, ViT 49.1-50.3 -> 47.7-48.1 us).
+#ifndef TMA_HIDE
+#define TMA_HIDE 1
+#endif
+// Tuning constant: 1 loads the key-padding mask of the producer's next block one block early
+// (kept in registers), so its per-key terms cost no global-memory round trip. Round 10: slower
+// (BERT-128 kpm 27.4 -> 29.1 us, BERT-384 kpm 121 -> 131), off.
+#ifndef TMA_MASKPF
+#define TMA_MASKPF 0
+#endif
+// Tuning constant: 1 loads only the first block before the loop and the rest of the ring once it
+// has landed, so that every CTA's first block, which all wait for, is not queued behind the
+// others' later blocks. Round 10: no gain (ViT 48.2 against 47.7 us without it), off.
+#ifndef TMA_FILL1
+#define TMA_FILL1 0
+#endif
+// Tuning constant: 1 gives each stage's V tile a barrier of its own ("fullv", the producer's
+// lane 0 arrives with its bytes), waited for just before P V, so S starts once Q and K are in.
+#ifndef TMA_SPLITV
+#define TMA_SPLITV 1
+#endif
 
 // Byte offset of 16-byte chunk c (0..7) of row r in a core-matrix tile.
 __device__ __forceinline__ u32 wg_chunk(int r, int c) { return (u32)((((r >> 3) << 3) + c) << 7) + ((r & 7) << 4); }
@@ -751,6 +774,30 @@ __device__ __forceinline__ void wgmma_rs_tb(float* d, const u32 a[4], u64 db) {
 #define WG_TAIL 1
 #endif
 
+// Tuning constant: > 0 rescales a row's O and l only when a block's max passes the running max by
+// more than WG_LAZY (log2 units; 8 = a factor 256 of headroom in P and l), 0 at every new max.
+// Round 10: 8.5 % fewer instructions on ViT and the same time (the kernel is not issue-bound), off.
+#ifndef WG_LAZY
+#define WG_LAZY 0
+#endif
+// Tuning constant: 1 steps wgmma descriptors in their low 32 bits only (the start address field,
+// which never carries: shared memory ends below 2^18 bytes), 0 in 64-bit arithmetic (round 10:
+// ViT 49.9 -> 49.0 us alone).
+#ifndef WG_DESC32
+#define WG_DESC32 1
+#endif
+__device__ __forceinline__ u64 wg_desc_add(u64 d, u32 off) {
+#if WG_DESC32
+    u32 lo, hi;
+    asm("mov.b64 {%0, %1}, %2;\n" : "=r"(lo), "=r"(hi) : "l"(d));
+    lo += off;
+    asm("mov.b64 %0, {%1, %2};\n" : "=l"(d) : "r"(lo), "r"(hi));
+    return d;
+#else
+    return d + off;
+#endif
+}
+
 struct WgState {
     float o[32];  // O accumulators: o[4j + 0, 1] row g, columns 8j + 2tq + {0, 1}; o[4j + 2, 3] row g + 8
     float m0, m1, l0, l1;  // running max (log2 units, scaled) and partial sums of rows g, g + 8
@@ -771,7 +818,7 @@ __device__ __forceinline__ void wg_s_issue(float* s, u64 qd, u64 kd) {
     wg_fence_acc<NK / 2>(s);
     wgmma_fence();
 #pragma unroll
-    for (int t = 0; t < HEAD_DIM / 16; ++t) wgmma_ss<NK>(s, qd + t * KSTEP, kd + t * KSTEP, t);
+    for (int t = 0; t < HEAD_DIM / 16; ++t) wgmma_ss<NK>(s, wg_desc_add(qd, t * KSTEP), wg_desc_add(kd, t * KSTEP), t);
     wgmma_commit();
 }
 
@@ -780,9 +827,14 @@ __device__ __forceinline__ void wg_s_issue(float* s, u64 qd, u64 kd) {
 // key-padding mask, -inf past N); without them the scale folds into the exponent's FFMA. keep:
 // what o and l are scaled by when a row's max is still -inf (0 on an item's first block, which
 // also clears the previous item's state, else 1).
-template <int NK, bool KADD>
+// A hook that does nothing (wg_block's mid, wg_softmax_pv's pre_pv).
+struct WgNoMid {
+    __device__ __forceinline__ void operator()() const {}
+};
+// pre_pv(): run before P V is issued (the TMA kernel's wait for the V tile, with TMA_SPLITV).
+template <int NK, bool KADD, class PrePv = WgNoMid>
 __device__ __forceinline__ void wg_softmax_pv(WgState& st, float* s, u64 vd, const float* kadd, float scale_log2,
-                                              int tq, float keep) {
+                                              int tq, float keep, PrePv&& pre_pv = PrePv()) {
     wg_fence_acc<NK / 2>(s);
     // Online softmax on rows g and g + 8 of this warp's 16 (the mma.sync C layout: s[4j + 0, 1]
     // row g, keys 8j + 2tq + {0, 1}; s[4j + 2, 3] row g + 8).
@@ -807,6 +859,27 @@ __device__ __forceinline__ void wg_softmax_pv(WgState& st, float* s, u64 vd, con
         bm0 *= scale_log2;
         bm1 *= scale_log2;
     }
+#if WG_LAZY
+    // A row keeps its running max until a block's max passes it by more than WG_LAZY (log2
+    // units), so P and l grow by at most 2^WG_LAZY and O / l is unchanged; most blocks after an
+    // item's first then skip the rescale (FlashAttention-4). A row whose terms are all -inf so
+    // far keeps m = -inf, is scaled by `keep` and subtracts 0 (its l and o stay 0).
+    const bool up0 = bm0 > st.m0 + (float)WG_LAZY, up1 = bm1 > st.m1 + (float)WG_LAZY;
+    const float a0 = up0 ? ex2_approx(st.m0 - bm0) : (st.m0 == NEG_INF ? keep : 1.f);
+    const float a1 = up1 ? ex2_approx(st.m1 - bm1) : (st.m1 == NEG_INF ? keep : 1.f);
+    if (up0) st.m0 = bm0;
+    if (up1) st.m1 = bm1;
+    const float sub0 = st.m0 == NEG_INF ? 0.f : st.m0, sub1 = st.m1 == NEG_INF ? 0.f : st.m1;
+    if (__any_sync(0xffffffffu, a0 != 1.f || a1 != 1.f)) {  // warp-uniform
+        st.l0 *= a0;
+        st.l1 *= a1;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            st.o[4 * j + 0] *= a0; st.o[4 * j + 1] *= a0;
+            st.o[4 * j + 2] *= a1; st.o[4 * j + 3] *= a1;
+        }
+    }
+#else
     const float n0 = fmaxf(st.m0, bm0), n1 = fmaxf(st.m1, bm1);
     // A row whose terms are all -inf so far keeps m = -inf, is scaled by `keep` and subtracts 0
     // (its l and o stay 0).
@@ -822,6 +895,7 @@ __device__ __forceinline__ void wg_softmax_pv(WgState& st, float* s, u64 vd, con
         st.o[4 * j + 0] *= a0; st.o[4 * j + 1] *= a0;
         st.o[4 * j + 2] *= a1; st.o[4 * j + 3] *= a1;
     }
+#endif
 #pragma unroll
     for (int j = 0; j < NK / 8; ++j) {
         if (KADD) {
@@ -847,23 +921,27 @@ __device__ __forceinline__ void wg_softmax_pv(WgState& st, float* s, u64 vd, con
         pa[kk][2] = pack2(s[8 * kk + 4], s[8 * kk + 5]);
         pa[kk][3] = pack2(s[8 * kk + 6], s[8 * kk + 7]);
     }
+    pre_pv();
     wg_fence_acc<32>(st.o);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < NK / 16; ++kk) wgmma_rs_tb(st.o, pa[kk], vd + kk * 128);
+    for (int kk = 0; kk < NK / 16; ++kk) wgmma_rs_tb(st.o, pa[kk], wg_desc_add(vd, kk * 128));
     wgmma_commit();
 }
 
 // One whole block: S, wait, softmax, P V, wait.
 // KSTEP: a k16 step's move of the Q / K descriptors (16 = 256 bytes, no swizzle; 2 = 32 bytes
 // within a 128-byte-swizzled row).
-template <int NK, bool KADD, int KSTEP = 16>
+// mid(): run while S is in flight (the TMA kernel's producer, with TMA_HIDE); pre_pv: see
+// wg_softmax_pv.
+template <int NK, bool KADD, int KSTEP = 16, class Mid = WgNoMid, class PrePv = WgNoMid>
 __device__ __forceinline__ void wg_block(WgState& st, u64 qd, u64 kd, u64 vd, const float* kadd, float scale_log2,
-                                         int tq, float keep) {
+                                         int tq, float keep, Mid&& mid = Mid(), PrePv&& pre_pv = PrePv()) {
     float s[NK / 2];
     wg_s_issue<NK, true, KSTEP>(s, qd, kd);
+    mid();
     wgmma_wait0();
-    wg_softmax_pv<NK, KADD>(st, s, vd, kadd, scale_log2, tq, keep);
+    wg_softmax_pv<NK, KADD>(st, s, vd, kadd, scale_log2, tq, keep, pre_pv);
     wgmma_wait0();
     wg_fence_acc<32>(st.o);
 }
@@ -1249,6 +1327,7 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS)
     const u32 s_full = s_v + n_ring * WG_TILE + n_ring * BLOCK_N * 4;
     const u32 s_empty = s_full + 8 * n_ring;
     const u32 s_qfree = s_empty + 8 * n_ring;
+    const u32 s_fullv = s_qfree + 16;  // TMA_SPLITV; the launcher reserves it in any build
 
     const int tid = threadIdx.x;
     const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform
@@ -1266,6 +1345,9 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS)
         }
         mbar_init(s_qfree, 2);
         mbar_init(s_qfree + 8, 2);
+#if TMA_SPLITV
+        for (int i = 0; i < n_ring; ++i) mbar_init(s_fullv + 8 * i, 1);
+#endif
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
@@ -1278,6 +1360,18 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS)
     int l_stage = 0, l_qslot = 0;
     u32 l_empty_par = 0xffffffffu, l_qfree_par = 3u;
 
+#if TMA_MASKPF
+    // The raw key-padding mask of the loader cursor's block, keys lane and lane + 32.
+    u16 l_raw[2] = {0, 0};
+    auto prefetch_mask = [&]() {
+        if (mask == nullptr || L.b >= B) return;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const int c = L.kb * BLOCK_N + lane + 32 * i;
+            if (c < N) l_raw[i] = ldg_u16_early(mask + (i64)(L.b % n_mask) * N + c);
+        }
+    };
+#endif
     // Warp 0: load the loader cursor's block into stage l_stage, with its item's Q on the item's
     // first block, and write its per-key terms; then step the cursor.
     auto produce = [&]() {
@@ -1289,15 +1383,34 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS)
             mbar_wait(s_qfree + 8 * l_qslot, (l_qfree_par >> l_qslot) & 1u);
             l_qfree_par ^= 1u << l_qslot;
         }
+#if TMA_MASKPF
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const int c = row0 + lane + 32 * i;
+            kadd[l_stage][lane + 32 * i] = c >= N ? NEG_INF : mask != nullptr ? to_f32(l_raw[i]) * LOG2E_F : 0.f;
+        }
+#else
         const u16* kp = mask != nullptr ? mask + (i64)(L.b % n_mask) * N : nullptr;
 #pragma unroll
         for (int k = lane; k < BLOCK_N; k += 32) kadd[l_stage][k] = key_add(kp, row0 + k, N);
+#endif
         // Every lane arrives (an arrival releases only its own thread's writes: the terms);
         // lane 0's also expects the tiles' bytes, then issues their copies.
         const u32 full = s_full + 8 * l_stage;
         if (lane != 0) {
             mbar_arrive(full);
         } else {
+#if TMA_SPLITV
+            const u32 fullv = s_fullv + 8 * l_stage;
+            mbar_expect_tx(full, (L.kb == 0 ? 3 : 1) * WG_TILE);
+            mbar_expect_tx(fullv, WG_TILE);
+            if (L.kb == 0) {
+                tma_load_4d(s_q + (l_qslot * 2) * WG_TILE, &tmap, L.qb * WG_BM, L.h, L.b, full);
+                tma_load_4d(s_q + (l_qslot * 2 + 1) * WG_TILE, &tmap, L.qb * WG_BM + 64, L.h, L.b, full);
+            }
+            tma_load_4d(s_k + l_stage * WG_TILE, &tmap, row0, H + L.h, L.b, full);
+            tma_load_4d(s_v + l_stage * WG_TILE, &tmap, row0, 2 * H + L.h, L.b, fullv);
+#else
             mbar_expect_tx(full, (L.kb == 0 ? 4 : 2) * WG_TILE);
             tma_load_4d(s_k + l_stage * WG_TILE, &tmap, row0, H + L.h, L.b, full);
             tma_load_4d(s_v + l_stage * WG_TILE, &tmap, row0, 2 * H + L.h, L.b, full);
@@ -1305,13 +1418,20 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS)
                 tma_load_4d(s_q + (l_qslot * 2) * WG_TILE, &tmap, L.qb * WG_BM, L.h, L.b, full);
                 tma_load_4d(s_q + (l_qslot * 2 + 1) * WG_TILE, &tmap, L.qb * WG_BM + 64, L.h, L.b, full);
             }
+#endif
         }
         __syncwarp();
         if (L.next(nkb, nq, H, gq, gh, gb)) l_qslot ^= 1;
         l_stage = l_stage + 1 == n_ring ? 0 : l_stage + 1;
+#if TMA_MASKPF
+        prefetch_mask();
+#endif
     };
     if (producer) {
-        for (int f = 0; f < n_ring - 1; ++f) produce();
+#if TMA_MASKPF
+        prefetch_mask();
+#endif
+        for (int f = 0; f < (TMA_FILL1 ? 1 : n_ring - 1); ++f) produce();
     }
 
     WgState st;
@@ -1320,10 +1440,20 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS)
     st.l0 = 0.f; st.l1 = 0.f;
     int c_stage = 0, c_qslot = 0;
     u32 c_full_par = 0;
+#if TMA_FILL1
+    bool fill_rest = true;
+#endif
     while (C.b < B) {  // uniform for the whole CTA
-        if (!TMA_LATE && producer) produce();  // block f + n_ring - 1, into block f - 1's stage
-        mbar_wait(s_full + 8 * c_stage, (c_full_par >> c_stage) & 1u);
+        if (!TMA_LATE && !TMA_HIDE && producer) produce();  // block f + n_ring - 1, into block f - 1's stage
+        const u32 c_par = (c_full_par >> c_stage) & 1u;
+        mbar_wait(s_full + 8 * c_stage, c_par);
         c_full_par ^= 1u << c_stage;
+#if TMA_FILL1
+        if (producer && fill_rest) {  // the CTA's first block has landed
+            for (int f = 1; f < n_ring - 1; ++f) produce();
+        }
+        fill_rest = false;
+#endif
         const int q0 = C.qb * WG_BM;
         const bool act = q0 + wg * 64 < N;  // uniform per warpgroup
         if (act) {
@@ -1332,10 +1462,25 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS)
             const u64 kd = wg_desc_sw128(s_k + c_stage * WG_TILE);
             const u64 vd = wg_desc_sw128(s_v + c_stage * WG_TILE);
             const float* ka = kadd[c_stage];
+#if TMA_HIDE || TMA_SPLITV
+            wg_dispatch(N - C.kb * BLOCK_N, mask != nullptr, scale_log2, [&](auto nk, auto kadd_on) {
+                wg_block<decltype(nk)::value, decltype(kadd_on)::value != 0, 2>(
+                    st, qd, kd, vd, ka, scale_log2, tq, keep,
+                    [&]() {
+                        if (TMA_HIDE && producer) produce();
+                    },
+                    [&]() {
+                        if (TMA_SPLITV) mbar_wait(s_fullv + 8 * c_stage, c_par);
+                    });
+            });
+#else
             wg_dispatch(N - C.kb * BLOCK_N, mask != nullptr, scale_log2, [&](auto nk, auto kadd_on) {
                 wg_block<decltype(nk)::value, decltype(kadd_on)::value != 0, 2>(st, qd, kd, vd, ka, scale_log2, tq,
                                                                               keep);
             });
+#endif
+        } else if (TMA_HIDE && producer) {
+            produce();
         }
         // This thread is done with the stage. Every thread arrives: an arrival releases only its
         // own thread's reads (the per-key terms), and a warp's wgmma waits cover only its rows.
