@@ -678,18 +678,6 @@ typedef unsigned long long u64;
 #ifndef TMA_HIDE
 #define TMA_HIDE 1
 #endif
-// Tuning constant: 1 loads the key-padding mask of the producer's next block one block early
-// (kept in registers), so its per-key terms cost no global-memory round trip. Round 10: slower
-// (BERT-128 kpm 27.4 -> 29.1 us, BERT-384 kpm 121 -> 131), off.
-#ifndef TMA_MASKPF
-#define TMA_MASKPF 0
-#endif
-// Tuning constant: 1 loads only the first block before the loop and the rest of the ring once it
-// has landed, so that every CTA's first block, which all wait for, is not queued behind the
-// others' later blocks. Round 10: no gain (ViT 48.2 against 47.7 us without it), off.
-#ifndef TMA_FILL1
-#define TMA_FILL1 0
-#endif
 // Tuning constant: 1 gives each stage's V tile a barrier of its own ("fullv", the producer's
 // lane 0 arrives with its bytes), waited for just before P V, so S starts once Q and K are in.
 #ifndef TMA_SPLITV
@@ -774,12 +762,6 @@ __device__ __forceinline__ void wgmma_rs_tb(float* d, const u32 a[4], u64 db) {
 #define WG_TAIL 1
 #endif
 
-// Tuning constant: > 0 rescales a row's O and l only when a block's max passes the running max by
-// more than WG_LAZY (log2 units; 8 = a factor 256 of headroom in P and l), 0 at every new max.
-// Round 10: 8.5 % fewer instructions on ViT and the same time (the kernel is not issue-bound), off.
-#ifndef WG_LAZY
-#define WG_LAZY 0
-#endif
 // Tuning constant: 1 steps wgmma descriptors in their low 32 bits only (the start address field,
 // which never carries: shared memory ends below 2^18 bytes), 0 in 64-bit arithmetic (round 10:
 // ViT 49.9 -> 49.0 us alone).
@@ -859,27 +841,6 @@ __device__ __forceinline__ void wg_softmax_pv(WgState& st, float* s, u64 vd, con
         bm0 *= scale_log2;
         bm1 *= scale_log2;
     }
-#if WG_LAZY
-    // A row keeps its running max until a block's max passes it by more than WG_LAZY (log2
-    // units), so P and l grow by at most 2^WG_LAZY and O / l is unchanged; most blocks after an
-    // item's first then skip the rescale (FlashAttention-4). A row whose terms are all -inf so
-    // far keeps m = -inf, is scaled by `keep` and subtracts 0 (its l and o stay 0).
-    const bool up0 = bm0 > st.m0 + (float)WG_LAZY, up1 = bm1 > st.m1 + (float)WG_LAZY;
-    const float a0 = up0 ? ex2_approx(st.m0 - bm0) : (st.m0 == NEG_INF ? keep : 1.f);
-    const float a1 = up1 ? ex2_approx(st.m1 - bm1) : (st.m1 == NEG_INF ? keep : 1.f);
-    if (up0) st.m0 = bm0;
-    if (up1) st.m1 = bm1;
-    const float sub0 = st.m0 == NEG_INF ? 0.f : st.m0, sub1 = st.m1 == NEG_INF ? 0.f : st.m1;
-    if (__any_sync(0xffffffffu, a0 != 1.f || a1 != 1.f)) {  // warp-uniform
-        st.l0 *= a0;
-        st.l1 *= a1;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            st.o[4 * j + 0] *= a0; st.o[4 * j + 1] *= a0;
-            st.o[4 * j + 2] *= a1; st.o[4 * j + 3] *= a1;
-        }
-    }
-#else
     const float n0 = fmaxf(st.m0, bm0), n1 = fmaxf(st.m1, bm1);
     // A row whose terms are all -inf so far keeps m = -inf, is scaled by `keep` and subtracts 0
     // (its l and o stay 0).
@@ -895,7 +856,6 @@ __device__ __forceinline__ void wg_softmax_pv(WgState& st, float* s, u64 vd, con
         st.o[4 * j + 0] *= a0; st.o[4 * j + 1] *= a0;
         st.o[4 * j + 2] *= a1; st.o[4 * j + 3] *= a1;
     }
-#endif
 #pragma unroll
     for (int j = 0; j < NK / 8; ++j) {
         if (KADD) {
@@ -1360,18 +1320,6 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS)
     int l_stage = 0, l_qslot = 0;
     u32 l_empty_par = 0xffffffffu, l_qfree_par = 3u;
 
-#if TMA_MASKPF
-    // The raw key-padding mask of the loader cursor's block, keys lane and lane + 32.
-    u16 l_raw[2] = {0, 0};
-    auto prefetch_mask = [&]() {
-        if (mask == nullptr || L.b >= B) return;
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            const int c = L.kb * BLOCK_N + lane + 32 * i;
-            if (c < N) l_raw[i] = ldg_u16_early(mask + (i64)(L.b % n_mask) * N + c);
-        }
-    };
-#endif
     // Warp 0: load the loader cursor's block into stage l_stage, with its item's Q on the item's
     // first block, and write its per-key terms; then step the cursor.
     auto produce = [&]() {
@@ -1383,17 +1331,9 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS)
             mbar_wait(s_qfree + 8 * l_qslot, (l_qfree_par >> l_qslot) & 1u);
             l_qfree_par ^= 1u << l_qslot;
         }
-#if TMA_MASKPF
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            const int c = row0 + lane + 32 * i;
-            kadd[l_stage][lane + 32 * i] = c >= N ? NEG_INF : mask != nullptr ? to_f32(l_raw[i]) * LOG2E_F : 0.f;
-        }
-#else
         const u16* kp = mask != nullptr ? mask + (i64)(L.b % n_mask) * N : nullptr;
 #pragma unroll
         for (int k = lane; k < BLOCK_N; k += 32) kadd[l_stage][k] = key_add(kp, row0 + k, N);
-#endif
         // Every lane arrives (an arrival releases only its own thread's writes: the terms);
         // lane 0's also expects the tiles' bytes, then issues their copies.
         const u32 full = s_full + 8 * l_stage;
@@ -1423,15 +1363,9 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS)
         __syncwarp();
         if (L.next(nkb, nq, H, gq, gh, gb)) l_qslot ^= 1;
         l_stage = l_stage + 1 == n_ring ? 0 : l_stage + 1;
-#if TMA_MASKPF
-        prefetch_mask();
-#endif
     };
     if (producer) {
-#if TMA_MASKPF
-        prefetch_mask();
-#endif
-        for (int f = 0; f < (TMA_FILL1 ? 1 : n_ring - 1); ++f) produce();
+        for (int f = 0; f < n_ring - 1; ++f) produce();
     }
 
     WgState st;
@@ -1440,20 +1374,11 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS)
     st.l0 = 0.f; st.l1 = 0.f;
     int c_stage = 0, c_qslot = 0;
     u32 c_full_par = 0;
-#if TMA_FILL1
-    bool fill_rest = true;
-#endif
     while (C.b < B) {  // uniform for the whole CTA
         if (!TMA_LATE && !TMA_HIDE && producer) produce();  // block f + n_ring - 1, into block f - 1's stage
         const u32 c_par = (c_full_par >> c_stage) & 1u;
         mbar_wait(s_full + 8 * c_stage, c_par);
         c_full_par ^= 1u << c_stage;
-#if TMA_FILL1
-        if (producer && fill_rest) {  // the CTA's first block has landed
-            for (int f = 1; f < n_ring - 1; ++f) produce();
-        }
-        fill_rest = false;
-#endif
         const int q0 = C.qb * WG_BM;
         const bool act = q0 + wg * 64 < N;  // uniform per warpgroup
         if (act) {
