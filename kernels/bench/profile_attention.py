@@ -1,11 +1,13 @@
 """Run each attention kernel of the benchmark shapes a few times, for Nsight Compute:
 
     ncu --kernel-name regex:fmha_fwd --launch-skip 2 --launch-count 1 --set full \
-        python3 kernels/bench/profile_attention.py [window|vit|bert|all]
+        python3 kernels/bench/profile_attention.py [window|vit|bert|bertnm|all|vit_sdpa|bertnm_sdpa]
 
 (window: Swin-T stage 1 on the precombined bias+mask; vit: 64x12x197x64; bert: 64x12x128x64
-with a key-padding mask; vit_sdpa: the ViT shape on SDPA's cuDNN backend, on the same strided
-views of the qkv tensor the benchmark gives it, for comparison). Needs FUSEPROF_KERNELS_LIB (see fuseprof_kernels.py).
+with a key-padding mask; bertnm: the same without a mask; vit_sdpa: the ViT shape on SDPA's
+cuDNN backend, on the same strided views of the qkv tensor the benchmark gives it, for
+comparison; bertnm_sdpa: the no-mask BERT shape on SDPA's default backend, the one the
+benchmark's verdict compares against). Needs FUSEPROF_KERNELS_LIB (see fuseprof_kernels.py).
 """
 import os
 import sys
@@ -39,6 +41,18 @@ if which in ("bert", "all"):
     kpm = key_padding_mask(B, N, h)
     for _ in range(reps):
         fk.attention(qkv, H, N, key_padding_mask=kpm)
+if which == "bertnm":
+    B, N, H, d = 64, 128, 12, 64
+    qkv = torch.randn(B * N, 3 * H * d, device=DEV, dtype=h)
+    for _ in range(reps):
+        fk.attention(qkv, H, N)
+if which == "bertnm_sdpa":
+    import torch.nn.functional as F
+    B, N, H, d = 64, 128, 12, 64
+    qkv = torch.randn(B * N, 3 * H * d, device=DEV, dtype=h)
+    x = qkv.view(B, N, 3, H, d).permute(2, 0, 3, 1, 4)
+    for _ in range(reps):
+        F.scaled_dot_product_attention(x[0], x[1], x[2])
 if which == "vit_sdpa":
     import torch.nn.functional as F
     from torch.nn.attention import sdpa_kernel, SDPBackend
