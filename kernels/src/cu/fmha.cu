@@ -674,9 +674,12 @@ typedef unsigned long long u64;
 #endif
 // Tuning constant: 1 has the producer fill a stage while its warpgroup's S is in flight, not
 // before the block, so warps 1-3 of warpgroup 0 do not wait for warp 0 at the first wgmma
-// (round 10: with WG_DESC32, ViT 49.1-50.3 -> 47.7-48.1 us).
+// (round 10: with WG_DESC32, ViT 49.1-50.3 -> 47.7-48.1 us). Off when TMA_LATE places it.
 #ifndef TMA_HIDE
-#define TMA_HIDE 1
+#define TMA_HIDE (!TMA_LATE)
+#endif
+#if TMA_HIDE && TMA_LATE
+#error "TMA_HIDE and TMA_LATE place the producer's work differently: set one"
 #endif
 // Tuning constant: 1 gives each stage's V tile a barrier of its own ("fullv", the producer's
 // lane 0 arrives with its bytes), waited for just before P V, so S starts once Q and K are in.
@@ -1340,25 +1343,15 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS)
         if (lane != 0) {
             mbar_arrive(full);
         } else {
-#if TMA_SPLITV
-            const u32 fullv = s_fullv + 8 * l_stage;
-            mbar_expect_tx(full, (L.kb == 0 ? 3 : 1) * WG_TILE);
-            mbar_expect_tx(fullv, WG_TILE);
+            const u32 fullv = TMA_SPLITV ? s_fullv + 8 * l_stage : full;  // where V's bytes land
+            mbar_expect_tx(full, ((L.kb == 0 ? 2 : 0) + (TMA_SPLITV ? 1 : 2)) * WG_TILE);
+            if (TMA_SPLITV) mbar_expect_tx(fullv, WG_TILE);
             if (L.kb == 0) {
                 tma_load_4d(s_q + (l_qslot * 2) * WG_TILE, &tmap, L.qb * WG_BM, L.h, L.b, full);
                 tma_load_4d(s_q + (l_qslot * 2 + 1) * WG_TILE, &tmap, L.qb * WG_BM + 64, L.h, L.b, full);
             }
             tma_load_4d(s_k + l_stage * WG_TILE, &tmap, row0, H + L.h, L.b, full);
             tma_load_4d(s_v + l_stage * WG_TILE, &tmap, row0, 2 * H + L.h, L.b, fullv);
-#else
-            mbar_expect_tx(full, (L.kb == 0 ? 4 : 2) * WG_TILE);
-            tma_load_4d(s_k + l_stage * WG_TILE, &tmap, row0, H + L.h, L.b, full);
-            tma_load_4d(s_v + l_stage * WG_TILE, &tmap, row0, 2 * H + L.h, L.b, full);
-            if (L.kb == 0) {
-                tma_load_4d(s_q + (l_qslot * 2) * WG_TILE, &tmap, L.qb * WG_BM, L.h, L.b, full);
-                tma_load_4d(s_q + (l_qslot * 2 + 1) * WG_TILE, &tmap, L.qb * WG_BM + 64, L.h, L.b, full);
-            }
-#endif
         }
         __syncwarp();
         if (L.next(nkb, nq, H, gq, gh, gb)) l_qslot ^= 1;
@@ -1387,7 +1380,6 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS)
             const u64 kd = wg_desc_sw128(s_k + c_stage * WG_TILE);
             const u64 vd = wg_desc_sw128(s_v + c_stage * WG_TILE);
             const float* ka = kadd[c_stage];
-#if TMA_HIDE || TMA_SPLITV
             wg_dispatch(N - C.kb * BLOCK_N, mask != nullptr, scale_log2, [&](auto nk, auto kadd_on) {
                 wg_block<decltype(nk)::value, decltype(kadd_on)::value != 0, 2>(
                     st, qd, kd, vd, ka, scale_log2, tq, keep,
@@ -1398,12 +1390,6 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS)
                         if (TMA_SPLITV) mbar_wait(s_fullv + 8 * c_stage, c_par);
                     });
             });
-#else
-            wg_dispatch(N - C.kb * BLOCK_N, mask != nullptr, scale_log2, [&](auto nk, auto kadd_on) {
-                wg_block<decltype(nk)::value, decltype(kadd_on)::value != 0, 2>(st, qd, kd, vd, ka, scale_log2, tq,
-                                                                              keep);
-            });
-#endif
         } else if (TMA_HIDE && producer) {
             produce();
         }
