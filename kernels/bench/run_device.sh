@@ -1,7 +1,7 @@
 #!/bin/bash
 # One device call: resource report (nvcc), correctness, benchmarks, compute-sanitizer.
 # Run from the repository root with the release cdylib at .dev-kernels/libfuseprof_kernels.so:
-#   bash kernels/bench/run_device.sh [check|bench|sanitize|all|sweep|longsweep|wgcheck|tmacheck|sets|profile]
+#   bash kernels/bench/run_device.sh [check|bench|sanitize|all|sweep|longsweep|wgcheck|tmacheck|sets|attn|profile]
 set -u
 STEP=${1:-all}
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
@@ -133,12 +133,16 @@ if [[ $STEP == tmacheck ]]; then
   # after ~16 M polls instead of hanging; the timeout is the second guard); if all pass, the
   # sweep's times of SWEEP_SETS (default: the check sets and LONG_TMA=0), memcheck and
   # racecheck of the first set's small attention checks, and with PROFILE=vit, Nsight Compute on
-  # the ViT call under the first set.
+  # the ViT call under the first set. NVCC_KERNEL: the kernel nvcc reports on (default
+  # fmha_fwd_long_tma); ATTN=1: the sweep is gpu_check.py --mode attn (ours and SDPA interleaved).
   fmha_src
   IFS=';' read -ra csets <<< "${CHECK_SETS:-TMA_RING=3}"
   IFS=';' read -ra ssets <<< "${SWEEP_SETS:-${CHECK_SETS:-TMA_RING=3};LONG_TMA=0}"
   for defs in "${csets[@]}"; do
-    echo "== nvcc [$defs]"; nvcc_report fmha_fwd_long_tma -DFP_BF16=0 $(for d in $defs; do echo -D$d; done)
+    for bf in 0 1; do
+      echo "== nvcc [$defs] bf16=$bf"
+      nvcc_report "${NVCC_KERNEL:-fmha_fwd_long_tma}" -DFP_BF16=$bf $(for d in $defs; do echo -D$d; done)
+    done
   done
   for i in "${!csets[@]}"; do
     (FUSEPROF_KERNELS_DEFINES="${csets[$i]}" CHECK_ONLY=attention timeout 150 \
@@ -151,11 +155,16 @@ if [[ $STEP == tmacheck ]]; then
     all_passed "$OUT/check_tma$i.log" || ok=0
   done
   if [[ $ok == 1 ]]; then
-    sweep "${ssets[@]}"
+    if [[ -n ${ATTN:-} ]]; then  # ours and SDPA interleaved, attention shapes only
+      SETS=$(IFS=';'; echo "${ssets[*]}") bash "$0" attn | grep -v "^name\|^NVIDIA"
+    else
+      sweep "${ssets[@]}"
+    fi
     sanitize_attention "${csets[0]}" tma
     if [[ -n ${PROFILE:-} ]]; then
       FUSEPROF_KERNELS_DEFINES="${csets[0]}" OUT=$OUT bash "$0" profile | grep -v "^name\|^NVIDIA"
-      mv "$OUT/ncu_vit.summary.txt" "$OUT/ncu_vit_tma.summary.txt"; mv "$OUT/ncu_full.tar.gz" "$OUT/ncu_full_tma.tar.gz"
+      for w in $PROFILE; do mv "$OUT/ncu_$w.summary.txt" "$OUT/ncu_${w}_tma.summary.txt"; done
+      mv "$OUT/ncu_full.tar.gz" "$OUT/ncu_full_tma.tar.gz"
     fi
   fi
 fi
@@ -163,6 +172,16 @@ if [[ $STEP == sets ]]; then
   # The sweep's times only, for each ';'-separated set of FUSEPROF_KERNELS_DEFINES in SETS.
   IFS=';' read -ra sets <<< "${SETS:-}"
   sweep "${sets[@]}"
+fi
+if [[ $STEP == attn ]]; then
+  # ViT / BERT attention, ours and SDPA's default call interleaved (gpu_check.py --mode attn), for
+  # each ';'-separated set of FUSEPROF_KERNELS_DEFINES in SETS (default: the default build).
+  IFS=';' read -ra sets <<< "${SETS:-}"
+  [[ ${#sets[@]} == 0 ]] && sets=("")
+  for defs in "${sets[@]}"; do
+    FUSEPROF_KERNELS_DEFINES="$defs" timeout 150 python3 kernels/bench/gpu_check.py --mode attn 2>&1 \
+      | grep -E "ATTN|rror" | tail -2
+  done
 fi
 if [[ $STEP == profile ]]; then
   # Nsight Compute on the attention kernels (PROFILE="window vit bert"): a summary per kernel

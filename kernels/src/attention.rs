@@ -31,6 +31,8 @@ fn long_ring() -> usize {
 const THREADS: u32 = 128;
 /// Threads of `fmha_fwd_long_wg`: two warpgroups of 64 query rows each.
 const WG_THREADS: u32 = 256;
+/// Keys (and query rows) of `fmha_fwd_item_tma`'s one block per item.
+const ITEM_KEYS: usize = 128;
 
 /// `fmha_fwd_long_wg`'s `WG_OVERLAP` tuning constant: one key block at a time (0, the default),
 /// or S of the next block issued right behind P V of this one (1; slower as ptxas compiles it,
@@ -71,6 +73,13 @@ fn tma_min_seq() -> usize {
 /// Stages of `fmha_fwd_long_tma`'s ring: its `TMA_RING` tuning constant (2 to 4, default 3).
 fn tma_ring() -> usize {
     tuning_value("TMA_RING", 3).clamp(2, 4) as usize
+}
+
+/// `TMA_ITEM=0` (host side) sends the calls with 65 to 128 tokens (BERT-128) back to
+/// `fmha_fwd_long_tma`; by default `fmha_fwd_item_tma` takes them, one 128-key block per item
+/// (kernels/NOTES.md round 11: BERT-128 no mask 25.4 against 26.7 us).
+fn tma_item() -> bool {
+    tuning_value("TMA_ITEM", 1) != 0
 }
 
 /// How the optional mask is laid out.
@@ -260,6 +269,21 @@ impl AttentionParams {
             + ring * LONG_BLOCK_N * 4
     }
 
+    /// True when `fmha_fwd_item_tma` can take a call `fmha_fwd_long_tma` takes: one key block of
+    /// at most 128 keys per item (and one 128-row query block).
+    pub fn item_eligible(&self) -> bool {
+        self.seq > LONG_BLOCK_N && self.seq <= ITEM_KEYS
+    }
+
+    /// Dynamic shared memory of `fmha_fwd_item_tma`: up to 1023 bytes to align the tiles to 1024,
+    /// two stages of Q, K and V (128 rows of 64 elements each), two rows of 128 per-key terms,
+    /// and six mbarriers (full, fullv and empty per stage).
+    pub fn item_smem_bytes(&self) -> usize {
+        1024 + 2 * 3 * ITEM_KEYS * self.head_dim * self.dtype.size_bytes()
+            + 2 * ITEM_KEYS * 4
+            + 6 * 8
+    }
+
     /// Dynamic shared memory of `fmha_fwd_long_tma`: `fmha_fwd_long_wg`'s, up to 1023 bytes to
     /// align the tiles to 1024 (the swizzle atom), and the mbarriers (full and empty per stage,
     /// two Q-slot ones, and the V tiles' own per stage, which only `TMA_SPLITV=1` uses), 8
@@ -271,7 +295,7 @@ impl AttentionParams {
     /// The TMA view of `qkv` that `fmha_fwd_long_tma` loads through: `[head_dim elements][seq
     /// tokens][3 x heads slabs][batch]`, one 64 x 64 box (a key, value or query tile of one
     /// head); rows past `seq` read as zeros.
-    pub fn tma_geometry(&self) -> TmaGeometry {
+    pub fn tma_geometry(&self, box_rows: usize) -> TmaGeometry {
         let es = self.dtype.size_bytes() as u64;
         let (d, n, slabs, b) = (
             self.head_dim as u64,
@@ -282,7 +306,7 @@ impl AttentionParams {
         TmaGeometry {
             dims: [d, n, slabs, b],
             strides: [slabs * d * es, d * es, n * slabs * d * es],
-            boxdim: [self.head_dim as u32, LONG_BLOCK_N as u32, 1, 1],
+            boxdim: [self.head_dim as u32, box_rows as u32, 1, 1],
         }
     }
 
@@ -442,9 +466,21 @@ pub unsafe fn launch_attention(
     let mut tensor_map = None;
     let tma = tma_enabled() && p.tma_eligible(tma_ring(), tma_min_seq());
     if (tma || p.wgmma_eligible()) && wgmma_enabled() && gpu.current_arch()? == (9, 0) {
-        let smem = if tma {
+        let smem = if tma && tma_item() && p.item_eligible() {
+            name = "fmha_fwd_item_tma";
+            tensor_map = Some(encode_tensor_map(
+                bufs.qkv,
+                p.dtype,
+                &p.tma_geometry(ITEM_KEYS),
+            )?);
+            p.item_smem_bytes()
+        } else if tma {
             name = "fmha_fwd_long_tma";
-            tensor_map = Some(encode_tensor_map(bufs.qkv, p.dtype, &p.tma_geometry())?);
+            tensor_map = Some(encode_tensor_map(
+                bufs.qkv,
+                p.dtype,
+                &p.tma_geometry(LONG_BLOCK_N),
+            )?);
             p.tma_smem_bytes(tma_ring())
         } else {
             name = "fmha_fwd_long_wg";
@@ -479,11 +515,13 @@ pub unsafe fn launch_attention(
     }
     // SAFETY: the argument list matches FMHA_PARAMS of the short and long kernels (the long
     // ones' shared memory was sized from the ring they compiled with; the wgmma ones take only
-    // calls without bias or per-row mask, as wgmma_eligible checks; the TMA one also takes the
-    // tensor map of qkv, encoded above); pointer extents are the caller's contract (documented
-    // above) and the grid covers exactly batch x heads x query blocks (one query block per
-    // (batch, head) for the short kernel, 128 rows for the long ones; the wgmma kernels stride
-    // over those items whatever their grid).
+    // calls without bias or per-row mask, as wgmma_eligible checks; the TMA ones also take the
+    // tensor map of qkv, encoded above with their box: 64 rows, or 128 for fmha_fwd_item_tma,
+    // which takes only sequences of at most 128, one query block per (batch, head), as
+    // item_eligible checks, in the shared memory item_smem_bytes gives); pointer extents are the
+    // caller's contract (documented above) and the grid covers exactly batch x heads x query
+    // blocks (one query block per (batch, head) for the short kernel, 128 rows for the long
+    // ones; the wgmma kernels stride over those items whatever their grid).
     unsafe {
         gpu.launch(
             Source::Fmha,
@@ -793,13 +831,33 @@ mod tests {
     fn the_tma_view_is_qkv_as_element_token_slab_batch() {
         // ViT: qkv [64 * 197, 3, 12, 64] fp16: a token row is 3 x 12 x 64 x 2 = 4608 bytes, a
         // head's 64 elements 128 bytes (one swizzled row), a batch entry 197 token rows
-        let g = params(64, 197, 12, 64).tma_geometry();
+        let g = params(64, 197, 12, 64).tma_geometry(LONG_BLOCK_N);
         assert_eq!(g.dims, [64, 197, 36, 64]);
         assert_eq!(g.strides, [4608, 128, 197 * 4608]);
         assert_eq!(g.boxdim, [64, 64, 1, 1]);
         // TMA's rules: strides multiples of 16, the box row within the 128-byte swizzle span
         assert!(g.strides.iter().all(|s| s % 16 == 0));
         assert_eq!(g.boxdim[0] as usize * 2, 128);
+        // fmha_fwd_item_tma's box: a whole item's 128 rows (at most 256 per box dimension)
+        let g = params(64, 128, 12, 64).tma_geometry(ITEM_KEYS);
+        assert_eq!(g.dims, [64, 128, 36, 64]);
+        assert_eq!(g.boxdim, [64, 128, 1, 1]);
+    }
+
+    #[test]
+    fn the_item_kernel_takes_65_to_128_tokens_two_ctas_per_sm() {
+        let bert128 = params(64, 128, 12, 64);
+        assert!(bert128.item_eligible() && bert128.tma_eligible(3, 64));
+        assert!(params(2, 65, 4, 64).item_eligible());
+        assert!(!params(2, 64, 4, 64).item_eligible());
+        assert!(!params(64, 197, 12, 64).item_eligible());
+        // 1 KiB alignment slack, 2 x 48 KiB of Q / K / V, 2 x 512 bytes of per-key terms, 6 barriers
+        assert_eq!(bert128.item_smem_bytes(), 1024 + 2 * 49152 + 1024 + 48);
+        assert!(2 * (bert128.item_smem_bytes() + 1024) <= 228 * 1024);
+        assert!(tma_item());
+        // one 128-row query block per item: the persistent grid strides over batch x heads
+        assert_eq!(bert128.n_qblocks(), 1);
+        assert_eq!(bert128.wg_grid(264, true), 264);
     }
 
     #[test]

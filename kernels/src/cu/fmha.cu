@@ -759,6 +759,17 @@ __device__ __forceinline__ void wgmma_rs_tb(float* d, const u32 a[4], u64 db) {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
 }
 
+// As wgmma_rs_tb, but d = A B (scale-d 0) with d write-only: the first k-step of a product whose
+// accumulators hold nothing live before it (fmha_fwd_item_tma), so they need no registers then.
+__device__ __forceinline__ void wgmma_rs_tb_first(float* d, const u32 a[4], u64 db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16." WG_TYPES " "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]), "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]), "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]), "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(0));
+}
+
 // Tuning constant: 1 computes a last key block with at most 16 or 32 keys < N with an m64n16 or
 // m64n32 S and as many P V steps (ViT: 5 keys in its last block of 64), 0 computes it whole.
 #ifndef WG_TAIL
@@ -1211,8 +1222,8 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS) fmha_fwd
     cp_async_wait<0>();
 }
 
-// ---- fmha_fwd_long_tma (the default on sm_90 for head_dim-64 calls with N > 64 and at most a
-// key mask; LONG_TMA=0 turns it off; NOTES.md round 9) ----
+// ---- fmha_fwd_long_tma (the default on sm_90 for head_dim-64 calls with N > 128 and at most a
+// key mask, and for N of 65 to 128 with TMA_ITEM=0; LONG_TMA=0 turns it off; NOTES.md round 9) ----
 //
 // fmha_fwd_long_wg's item walk and block step with the loads and hand-offs changed: each 64 x 64
 // tile comes by one TMA copy into a 128-byte-swizzled tile (tmap describes qkv as
@@ -1407,6 +1418,182 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS)
         if (C.next(nkb, nq, H, gq, gh, gb)) c_qslot ^= 1;
         c_stage = c_stage + 1 == n_ring ? 0 : c_stage + 1;
         if (TMA_LATE && producer) produce();
+    }
+}
+
+// ---- fmha_fwd_item_tma (round 11): sequences of 65 to 128 tokens, one 128-key block per item ----
+//
+// BERT-128's items have two 64-key blocks, so fmha_fwd_long_tma pays every block's hand-off
+// (a "full" wait, S, its wait, the online softmax's rescale, P V, its wait) twice per item and
+// splits the key loads in two. This kernel takes a whole item at once, as cuDNN's sm90 kernel
+// does (64 x 128 x 64 tiles): a stage holds the item's Q, K and V (128 rows each, one TMA box of
+// 64 x 128 each), S is 64 x 128 per warpgroup (64 accumulators per thread), the softmax is a
+// plain one, P V takes 8 k16 steps (O is not live before the first, which writes it, so the
+// kernel fits 128 registers without spills). Two stages: the producer (warp 0, as in
+// fmha_fwd_long_tma) loads item 0 before the loop and item i + 1 at the top of item i, as soon
+// as item i - 1's stage is released, before item i's own wait (round 11: 25.4 us on BERT-128
+// without a mask, against 26.2 with the load under item i's S and 26.0 with two items loaded
+// ahead, released at each item's end). The output is staged in the item's consumed Q rows, so
+// a stage is released ("empty") after the store. Barriers per stage: full (Q and K landed, and
+// the producer lanes' per-key terms), fullv (V landed, waited for just before P V), empty (all
+// 256 threads done, store included).
+#define ITEM_KEYS 128
+#define ITEM_STAGE (3 * 2 * WG_TILE)  // Q, K, V of 128 rows
+
+extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS)
+    fmha_fwd_item_tma(FMHA_PARAMS, const __grid_constant__ WgTmaMap tmap) {
+    extern __shared__ __align__(128) unsigned char wsmem[];
+    // From a 1024-byte-aligned base: stage s at s * ITEM_STAGE (Q, then K, then V), the per-key
+    // terms [2][128] floats, then the barriers full[2], fullv[2], empty[2].
+    const u32 s_raw = smem_addr(wsmem);
+    const u32 s_base = (s_raw + 1023u) & ~1023u;
+    unsigned char* const sbase = wsmem + (s_base - s_raw);
+    float(*kadd)[ITEM_KEYS] = reinterpret_cast<float(*)[ITEM_KEYS]>(sbase + 2 * ITEM_STAGE);
+    const u32 s_full = s_base + 2 * ITEM_STAGE + 2 * ITEM_KEYS * 4;
+    const u32 s_fullv = s_full + 16;
+    const u32 s_empty = s_fullv + 16;
+
+    const int tid = threadIdx.x;
+    const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);  // warp-uniform
+    const int wwarp = (tid >> 5) & 3;
+    const int lane = tid & 31;
+    const int g = lane >> 2;
+    const int tq = lane & 3;
+    const bool producer = wg == 0 && wwarp == 0;  // warp-uniform
+    const int n_items = B * H;
+    // Per-key terms are needed for a key mask, for keys past N, or for a scale the folded
+    // exponent cannot take (the same test as wg_dispatch's).
+    const bool kadd_on = mask != nullptr || N < ITEM_KEYS || !(scale_log2 > 0.f);
+    if (tid == 0) {
+        for (int i = 0; i < 2; ++i) {
+            mbar_init(s_full + 8 * i, 32);
+            mbar_init(s_fullv + 8 * i, 1);
+            mbar_init(s_empty + 8 * i, WG_THREADS);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    // Producer: item l_item into stage l_stage (after its previous use is released), its per-key
+    // terms by all 32 lanes, its three tiles by lane 0.
+    int l_item = blockIdx.x, l_stage = 0;
+    u32 l_empty_par = 3u;  // a fresh barrier's previous phase counts as complete
+    auto produce = [&]() {
+        if (l_item >= n_items) return;
+        const int b = l_item / H, h = l_item - (l_item / H) * H;
+        mbar_wait(s_empty + 8 * l_stage, (l_empty_par >> l_stage) & 1u);
+        l_empty_par ^= 1u << l_stage;
+        if (kadd_on) {
+            const u16* kp = mask != nullptr ? mask + (i64)(b % n_mask) * N : nullptr;
+#pragma unroll
+            for (int k = lane; k < ITEM_KEYS; k += 32) kadd[l_stage][k] = key_add(kp, k, N);
+        }
+        const u32 full = s_full + 8 * l_stage;
+        if (lane != 0) {
+            mbar_arrive(full);
+        } else {
+            const u32 fullv = s_fullv + 8 * l_stage;
+            const u32 st0 = s_base + l_stage * ITEM_STAGE;
+            mbar_expect_tx(full, 4 * WG_TILE);
+            mbar_expect_tx(fullv, 2 * WG_TILE);
+            tma_load_4d(st0, &tmap, 0, h, b, full);
+            tma_load_4d(st0 + 2 * WG_TILE, &tmap, 0, H + h, b, full);
+            tma_load_4d(st0 + 4 * WG_TILE, &tmap, 0, 2 * H + h, b, fullv);
+        }
+        __syncwarp();
+        l_item += gridDim.x;
+        l_stage ^= 1;
+    };
+    if (producer) produce();
+
+    for (int item = blockIdx.x, c_stage = 0, c_par = 0; item < n_items; item += gridDim.x) {  // CTA-uniform
+        const int b = item / H, h = item - (item / H) * H;
+        const u32 par = ((u32)c_par >> c_stage) & 1u;  // bit s of c_par: stage s's next phase parity
+        c_par ^= 1 << c_stage;
+        const u32 st0 = s_base + c_stage * ITEM_STAGE;
+        if (producer) produce();  // item i + 1, as soon as item i - 1's stage is released
+        mbar_wait(s_full + 8 * c_stage, par);
+        const u64 qd = wg_desc_sw128(st0 + wg * WG_TILE);
+        const u64 kd = wg_desc_sw128(st0 + 2 * WG_TILE);
+        const u64 vd = wg_desc_sw128(st0 + 4 * WG_TILE);
+        float s[ITEM_KEYS / 2];  // s[32 * half + 4j + {0, 1}] row g, keys 64 half + 8j + 2tq + {0, 1}; + 2: row g + 8
+        wg_s_issue<64, true, 2>(s, qd, kd);
+        wg_s_issue<64, true, 2>(s + 32, qd, wg_desc_add(kd, (64 * 128) >> 4));
+        wgmma_wait0();
+        wg_fence_acc<ITEM_KEYS / 2>(s);
+        // A plain softmax over the item's keys: O is not live until the first P V step writes it.
+        const float* ka = kadd[c_stage];
+        float m0 = NEG_INF, m1 = NEG_INF;
+#pragma unroll
+        for (int j = 0; j < ITEM_KEYS / 8; ++j) {
+            if (kadd_on) {
+                const float2 kv = *reinterpret_cast<const float2*>(&ka[j * 8 + 2 * tq]);
+                s[4 * j + 0] = fmaf(s[4 * j + 0], scale_log2, kv.x);
+                s[4 * j + 1] = fmaf(s[4 * j + 1], scale_log2, kv.y);
+                s[4 * j + 2] = fmaf(s[4 * j + 2], scale_log2, kv.x);
+                s[4 * j + 3] = fmaf(s[4 * j + 3], scale_log2, kv.y);
+            }
+            m0 = fmaxf(m0, fmaxf(s[4 * j + 0], s[4 * j + 1]));
+            m1 = fmaxf(m1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+        }
+        m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 1));
+        m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 2));
+        m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 1));
+        m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 2));
+        // kadd_on: terms already scaled; else raw scores, scale_log2 > 0 folds into the exponent.
+        // A row of -inf only (a mask of -inf over all keys) subtracts 0 and sums 0.
+        const float sc = kadd_on ? 1.f : scale_log2;
+        const float sub0 = m0 == NEG_INF ? 0.f : m0 * sc, sub1 = m1 == NEG_INF ? 0.f : m1 * sc;
+        float l0 = 0.f, l1 = 0.f;
+        float o[32];
+        // P V in two halves of 64 keys: the first half's 4 k16 steps go out (the first writes O)
+        // while the second half is exponentiated. P stays in registers until the wait (wgmma
+        // reads them asynchronously), hence one array for both halves, fenced after the wait.
+        u32 pa[2][4][4];
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+#pragma unroll
+            for (int j = 8 * half; j < 8 * half + 8; ++j) {
+                s[4 * j + 0] = ex2_approx(fmaf(s[4 * j + 0], sc, -sub0));
+                s[4 * j + 1] = ex2_approx(fmaf(s[4 * j + 1], sc, -sub0));
+                s[4 * j + 2] = ex2_approx(fmaf(s[4 * j + 2], sc, -sub1));
+                s[4 * j + 3] = ex2_approx(fmaf(s[4 * j + 3], sc, -sub1));
+                l0 += s[4 * j + 0] + s[4 * j + 1];
+                l1 += s[4 * j + 2] + s[4 * j + 3];
+            }
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) {
+                const float* p8 = s + 32 * half + 8 * kk;
+                pa[half][kk][0] = pack2(p8[0], p8[1]);
+                pa[half][kk][1] = pack2(p8[2], p8[3]);
+                pa[half][kk][2] = pack2(p8[4], p8[5]);
+                pa[half][kk][3] = pack2(p8[6], p8[7]);
+            }
+            if (half == 0) {
+                mbar_wait(s_fullv + 8 * c_stage, par);
+                wgmma_fence();
+                wgmma_rs_tb_first(o, pa[0][0], vd);
+            } else {
+                wgmma_fence();  // orders the writes of pa before the wgmma reads them
+                wgmma_rs_tb(o, pa[1][0], wg_desc_add(vd, 4 * 128));
+            }
+#pragma unroll
+            for (int kk = 1; kk < 4; ++kk) wgmma_rs_tb(o, pa[half][kk], wg_desc_add(vd, (4 * half + kk) * 128));
+            wgmma_commit();
+        }
+        wgmma_wait0();
+#pragma unroll
+        for (int i = 0; i < 32; ++i) asm volatile("" : "+r"((&pa[0][0][0])[i])::"memory");
+        WgState st;  // for wg_store: the normalisation's row sums and O
+#pragma unroll
+        for (int i = 0; i < 32; ++i) st.o[i] = o[i];
+        st.l0 = l0;
+        st.l1 = l1;
+        wg_fence_acc<32>(st.o);
+        wg_store<true>(st, sbase + c_stage * ITEM_STAGE + wg * WG_TILE + wwarp * 2048, out, b, h, N, H,
+                       wg * 64 + wwarp * 16, g, tq, lane);
+        mbar_arrive(s_empty + 8 * c_stage);  // after the store: it staged the output in Q's rows
+        c_stage ^= 1;
     }
 }
 #endif
