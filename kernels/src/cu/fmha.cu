@@ -748,26 +748,30 @@ __device__ __forceinline__ void wgmma_ss<64>(float* d, u64 da, u64 db, int accum
         : "l"(da), "l"(db), "r"(accumulate));
 }
 
+// The 32 accumulator operands d[0..31] of an m64n64 wgmma, each with constraint C ("+f": read
+// and written; "=f": written only).
+#define WG_ACC32(C)                                                                                  \
+    C(d[0]), C(d[1]), C(d[2]), C(d[3]), C(d[4]), C(d[5]), C(d[6]), C(d[7]), C(d[8]), C(d[9]), C(d[10]), \
+        C(d[11]), C(d[12]), C(d[13]), C(d[14]), C(d[15]), C(d[16]), C(d[17]), C(d[18]), C(d[19]),     \
+        C(d[20]), C(d[21]), C(d[22]), C(d[23]), C(d[24]), C(d[25]), C(d[26]), C(d[27]), C(d[28]),     \
+        C(d[29]), C(d[30]), C(d[31])
+// m64n64k16 with A from registers (%32-%35), B's descriptor %36 and scale-d %37.
+#define WG_RS_TB_ASM                                                                                 \
+    "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                                     \
+    "wgmma.mma_async.sync.aligned.m64n64k16." WG_TYPES " "                                           \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
+    "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+
 // d += A B, m64n64k16: A from registers (the mma.sync A-fragment layout per warp), B (16 x 64,
 // MN-major: 64 columns contiguous per row) from shared memory.
 __device__ __forceinline__ void wgmma_rs_tb(float* d, const u32 a[4], u64 db) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16." WG_TYPES " "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+    asm volatile(WG_RS_TB_ASM : WG_ACC32("+f") : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
 }
 
 // As wgmma_rs_tb, but d = A B (scale-d 0) with d write-only: the first k-step of a product whose
 // accumulators hold nothing live before it (fmha_fwd_item_tma), so they need no registers then.
 __device__ __forceinline__ void wgmma_rs_tb_first(float* d, const u32 a[4], u64 db) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16." WG_TYPES " "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
-        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]), "=f"(d[6]), "=f"(d[7]), "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]), "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]), "=f"(d[16]), "=f"(d[17]), "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23]), "=f"(d[24]), "=f"(d[25]), "=f"(d[26]), "=f"(d[27]), "=f"(d[28]), "=f"(d[29]), "=f"(d[30]), "=f"(d[31])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(0));
+    asm volatile(WG_RS_TB_ASM : WG_ACC32("=f") : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(0));
 }
 
 // Tuning constant: 1 computes a last key block with at most 16 or 32 keys < N with an m64n16 or
@@ -818,6 +822,32 @@ __device__ __forceinline__ void wg_s_issue(float* s, u64 qd, u64 kd) {
     wgmma_commit();
 }
 
+// The maxima of rows g and g + 8 of this warp's 16 over NK scores in s (the mma.sync C layout:
+// s[4j + 0, 1] row g, keys 8j + 2tq + {0, 1}; s[4j + 2, 3] row g + 8), across the row's four
+// lanes. kadd_on: the scores are first scaled and given their per-key terms kadd, in place.
+template <int NK>
+__device__ __forceinline__ void wg_row_max(float* s, const float* kadd, float scale_log2, int tq, bool kadd_on,
+                                           float& bm0, float& bm1) {
+    bm0 = NEG_INF;
+    bm1 = NEG_INF;
+#pragma unroll
+    for (int j = 0; j < NK / 8; ++j) {
+        if (kadd_on) {
+            const float2 ka = *reinterpret_cast<const float2*>(&kadd[j * 8 + 2 * tq]);
+            s[4 * j + 0] = fmaf(s[4 * j + 0], scale_log2, ka.x);
+            s[4 * j + 1] = fmaf(s[4 * j + 1], scale_log2, ka.y);
+            s[4 * j + 2] = fmaf(s[4 * j + 2], scale_log2, ka.x);
+            s[4 * j + 3] = fmaf(s[4 * j + 3], scale_log2, ka.y);
+        }
+        bm0 = fmaxf(bm0, fmaxf(s[4 * j + 0], s[4 * j + 1]));
+        bm1 = fmaxf(bm1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+    }
+    bm0 = fmaxf(bm0, __shfl_xor_sync(0xffffffffu, bm0, 1));
+    bm0 = fmaxf(bm0, __shfl_xor_sync(0xffffffffu, bm0, 2));
+    bm1 = fmaxf(bm1, __shfl_xor_sync(0xffffffffu, bm1, 1));
+    bm1 = fmaxf(bm1, __shfl_xor_sync(0xffffffffu, bm1, 2));
+}
+
 // The online softmax of a block's S (complete in s) and O += P V issued and committed, not
 // waited for (vd: the V tile's descriptor). KADD: add the block's per-key terms kadd (the
 // key-padding mask, -inf past N); without them the scale folds into the exponent's FFMA. keep:
@@ -832,25 +862,9 @@ template <int NK, bool KADD, class PrePv = WgNoMid>
 __device__ __forceinline__ void wg_softmax_pv(WgState& st, float* s, u64 vd, const float* kadd, float scale_log2,
                                               int tq, float keep, PrePv&& pre_pv = PrePv()) {
     wg_fence_acc<NK / 2>(s);
-    // Online softmax on rows g and g + 8 of this warp's 16 (the mma.sync C layout: s[4j + 0, 1]
-    // row g, keys 8j + 2tq + {0, 1}; s[4j + 2, 3] row g + 8).
-    float bm0 = NEG_INF, bm1 = NEG_INF;
-#pragma unroll
-    for (int j = 0; j < NK / 8; ++j) {
-        if (KADD) {
-            const float2 ka = *reinterpret_cast<const float2*>(&kadd[j * 8 + 2 * tq]);
-            s[4 * j + 0] = fmaf(s[4 * j + 0], scale_log2, ka.x);
-            s[4 * j + 1] = fmaf(s[4 * j + 1], scale_log2, ka.y);
-            s[4 * j + 2] = fmaf(s[4 * j + 2], scale_log2, ka.x);
-            s[4 * j + 3] = fmaf(s[4 * j + 3], scale_log2, ka.y);
-        }
-        bm0 = fmaxf(bm0, fmaxf(s[4 * j + 0], s[4 * j + 1]));
-        bm1 = fmaxf(bm1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
-    }
-    bm0 = fmaxf(bm0, __shfl_xor_sync(0xffffffffu, bm0, 1));
-    bm0 = fmaxf(bm0, __shfl_xor_sync(0xffffffffu, bm0, 2));
-    bm1 = fmaxf(bm1, __shfl_xor_sync(0xffffffffu, bm1, 1));
-    bm1 = fmaxf(bm1, __shfl_xor_sync(0xffffffffu, bm1, 2));
+    // Online softmax on rows g and g + 8 of this warp's 16.
+    float bm0, bm1;
+    wg_row_max<NK>(s, kadd, scale_log2, tq, KADD, bm0, bm1);
     if (!KADD) {  // raw maxima; scale_log2 > 0
         bm0 *= scale_log2;
         bm1 *= scale_log2;
@@ -1522,24 +1536,8 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS)
         wgmma_wait0();
         wg_fence_acc<ITEM_KEYS / 2>(s);
         // A plain softmax over the item's keys: O is not live until the first P V step writes it.
-        const float* ka = kadd[c_stage];
-        float m0 = NEG_INF, m1 = NEG_INF;
-#pragma unroll
-        for (int j = 0; j < ITEM_KEYS / 8; ++j) {
-            if (kadd_on) {
-                const float2 kv = *reinterpret_cast<const float2*>(&ka[j * 8 + 2 * tq]);
-                s[4 * j + 0] = fmaf(s[4 * j + 0], scale_log2, kv.x);
-                s[4 * j + 1] = fmaf(s[4 * j + 1], scale_log2, kv.y);
-                s[4 * j + 2] = fmaf(s[4 * j + 2], scale_log2, kv.x);
-                s[4 * j + 3] = fmaf(s[4 * j + 3], scale_log2, kv.y);
-            }
-            m0 = fmaxf(m0, fmaxf(s[4 * j + 0], s[4 * j + 1]));
-            m1 = fmaxf(m1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
-        }
-        m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 1));
-        m0 = fmaxf(m0, __shfl_xor_sync(0xffffffffu, m0, 2));
-        m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 1));
-        m1 = fmaxf(m1, __shfl_xor_sync(0xffffffffu, m1, 2));
+        float m0, m1;
+        wg_row_max<ITEM_KEYS>(s, kadd[c_stage], scale_log2, tq, kadd_on, m0, m1);
         // kadd_on: terms already scaled; else raw scores, scale_log2 > 0 folds into the exponent.
         // A row of -inf only (a mask of -inf over all keys) subtracts 0 and sums 0.
         const float sc = kadd_on ? 1.f : scale_log2;
