@@ -435,6 +435,15 @@ def sdpa_best(q, k, v, mask, reps=2):
     return best, name, " ".join(times)
 
 
+def sdpa_chain_fn(qkv, B, N, H, d, mask):
+    """SDPA's default call on the q / k / v views of `qkv` ([B*N, 3*H*d]) with its output put
+    back in our [B*N, H*d] layout (a view for flash and cuDNN): the call ours replaces."""
+    def sdpa_chain():
+        x = qkv.view(B, N, 3, H, d).permute(2, 0, 3, 1, 4)
+        return F.scaled_dot_product_attention(x[0], x[1], x[2], attn_mask=mask).transpose(1, 2).reshape(B * N, H * d)
+    return sdpa_chain
+
+
 def same_size_copy_us(traffic_bytes):
     """A device-to-device copy moving the same bytes (half read, half written): what a copy
     reaches at this size, where launch and tail costs weigh more than in the 1 GiB ceiling."""
@@ -484,11 +493,12 @@ def sweep():
     print("SWEEP " + json.dumps(res), flush=True)
 
 
-def attn_rounds(rounds=int(os.environ.get("ATTN_ROUNDS", "5"))):
+def attn_rounds():
     """ViT and BERT-128 attention, ours and SDPA's default call (output back in our layout, as
-    the benchmark's verdict takes it) timed alternately, `rounds` times each, in one process: the
-    comparison a tuning sweep needs, with the baseline measured beside each set of
-    FUSEPROF_KERNELS_DEFINES rather than in another run. One JSON line (ATTN), medians in us."""
+    the benchmark's verdict takes it) timed alternately, $ATTN_ROUNDS (default 5) times each, in
+    one process: the comparison a tuning sweep needs, with the baseline measured beside each set
+    of FUSEPROF_KERNELS_DEFINES rather than in another run. One JSON line (ATTN), medians in us."""
+    rounds = int(os.environ.get("ATTN_ROUNDS", "5"))
     h = torch.float16
     res = dict(defines=os.environ.get("FUSEPROF_KERNELS_DEFINES", ""))
     for name, B, N, use_kpm in (("vit", 64, 197, False), ("bert_kpm", 64, 128, True), ("bert", 64, 128, False)):
@@ -499,10 +509,7 @@ def attn_rounds(rounds=int(os.environ.get("ATTN_ROUNDS", "5"))):
 
         def ours():
             return fk.attention(qkv, H, N, key_padding_mask=kpm)
-
-        def sdpa_chain():
-            xx = qkv.view(B, N, 3, H, d).permute(2, 0, 3, 1, 4)
-            return F.scaled_dot_product_attention(xx[0], xx[1], xx[2], attn_mask=m4).transpose(1, 2).reshape(B * N, C)
+        sdpa_chain = sdpa_chain_fn(qkv, B, N, H, d, m4)
         ours()
         sdpa_chain()
         torch.cuda.synchronize()
@@ -603,10 +610,7 @@ def bench_all():
         e = bench_ms(eager_chain)
         c = try_ms(compiled(eager_chain))
 
-        def sdpa_chain():
-            xx = qkv.view(B, N, 3, H, d).permute(2, 0, 3, 1, 4)
-            return F.scaled_dot_product_attention(xx[0], xx[1], xx[2], attn_mask=m4).transpose(1, 2).reshape(B * N, C)
-        sc = try_ms(sdpa_chain)
+        sc = try_ms(sdpa_chain_fn(qkv, B, N, H, d, m4))
         if sc is not None and (s is None or sc < s):  # the default backend, output back in our layout
             s, sname = sc, "default backend + output transpose"
         io = 4 * B * N * C * 2
@@ -764,8 +768,11 @@ def main():
     args = ap.parse_args()
     torch.manual_seed(int.from_bytes(os.urandom(4), "little"))  # fresh inputs every run
     fk.init()
-    if args.mode in ("sweep", "attn"):  # compiles only what it runs
-        sweep() if args.mode == "sweep" else attn_rounds()
+    if args.mode == "sweep":  # compiles only what it runs
+        sweep()
+        return
+    if args.mode == "attn":  # the same
+        attn_rounds()
         return
     try:
         fk.precompile_all()

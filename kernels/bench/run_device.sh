@@ -26,6 +26,12 @@ sweep() {  # DEFINES...: the sweep's times, each set of FUSEPROF_KERNELS_DEFINES
       | grep -E "SWEEP|rror" | tail -2
   done
 }
+attn_sets() {  # DEFINES...: ours and SDPA's default call interleaved (gpu_check.py --mode attn), each set in its own process
+  for defs in "$@"; do
+    FUSEPROF_KERNELS_DEFINES="$defs" timeout 150 python3 kernels/bench/gpu_check.py --mode attn 2>&1 \
+      | grep -E "ATTN|rror" | tail -2
+  done
+}
 sanitize_attention() {  # DEFINES TAG: memcheck and racecheck of the small attention checks
   for tool in memcheck racecheck; do
     FUSEPROF_KERNELS_DEFINES="$1" CHECK_ONLY=attention timeout 150 compute-sanitizer --tool $tool \
@@ -156,7 +162,7 @@ if [[ $STEP == tmacheck ]]; then
   done
   if [[ $ok == 1 ]]; then
     if [[ -n ${ATTN:-} ]]; then  # ours and SDPA interleaved, attention shapes only
-      SETS=$(IFS=';'; echo "${ssets[*]}") bash "$0" attn | grep -v "^name\|^NVIDIA"
+      attn_sets "${ssets[@]}"
     else
       sweep "${ssets[@]}"
     fi
@@ -178,10 +184,7 @@ if [[ $STEP == attn ]]; then
   # each ';'-separated set of FUSEPROF_KERNELS_DEFINES in SETS (default: the default build).
   IFS=';' read -ra sets <<< "${SETS:-}"
   [[ ${#sets[@]} == 0 ]] && sets=("")
-  for defs in "${sets[@]}"; do
-    FUSEPROF_KERNELS_DEFINES="$defs" timeout 150 python3 kernels/bench/gpu_check.py --mode attn 2>&1 \
-      | grep -E "ATTN|rror" | tail -2
-  done
+  attn_sets "${sets[@]}"
 fi
 if [[ $STEP == profile ]]; then
   # Nsight Compute on the attention kernels (PROFILE="window vit bert"): a summary per kernel

@@ -292,9 +292,10 @@ impl AttentionParams {
         self.wg_smem_bytes(ring) + 1024 + (3 * ring + 2) * 8
     }
 
-    /// The TMA view of `qkv` that `fmha_fwd_long_tma` loads through: `[head_dim elements][seq
-    /// tokens][3 x heads slabs][batch]`, one 64 x 64 box (a key, value or query tile of one
-    /// head); rows past `seq` read as zeros.
+    /// The TMA view of `qkv` that the TMA kernels load through: `[head_dim elements][seq
+    /// tokens][3 x heads slabs][batch]`, one box of `box_rows` token rows of one head's key,
+    /// value or query (64 for `fmha_fwd_long_tma`, 128 for `fmha_fwd_item_tma`); rows past `seq`
+    /// read as zeros.
     pub fn tma_geometry(&self, box_rows: usize) -> TmaGeometry {
         let es = self.dtype.size_bytes() as u64;
         let (d, n, slabs, b) = (
@@ -466,22 +467,21 @@ pub unsafe fn launch_attention(
     let mut tensor_map = None;
     let tma = tma_enabled() && p.tma_eligible(tma_ring(), tma_min_seq());
     if (tma || p.wgmma_eligible()) && wgmma_enabled() && gpu.current_arch()? == (9, 0) {
-        let smem = if tma && tma_item() && p.item_eligible() {
-            name = "fmha_fwd_item_tma";
-            tensor_map = Some(encode_tensor_map(
-                bufs.qkv,
-                p.dtype,
-                &p.tma_geometry(ITEM_KEYS),
-            )?);
-            p.item_smem_bytes()
-        } else if tma {
-            name = "fmha_fwd_long_tma";
-            tensor_map = Some(encode_tensor_map(
-                bufs.qkv,
-                p.dtype,
-                &p.tma_geometry(LONG_BLOCK_N),
-            )?);
-            p.tma_smem_bytes(tma_ring())
+        let smem = if tma {
+            // one 128-key block per item, or 64-key blocks through a ring
+            let (kernel, box_rows, smem) = if tma_item() && p.item_eligible() {
+                ("fmha_fwd_item_tma", ITEM_KEYS, p.item_smem_bytes())
+            } else {
+                (
+                    "fmha_fwd_long_tma",
+                    LONG_BLOCK_N,
+                    p.tma_smem_bytes(tma_ring()),
+                )
+            };
+            name = kernel;
+            let geometry = p.tma_geometry(box_rows);
+            tensor_map = Some(encode_tensor_map(bufs.qkv, p.dtype, &geometry)?);
+            smem
         } else {
             name = "fmha_fwd_long_wg";
             p.wg_smem_bytes(wg_ring())

@@ -1543,8 +1543,9 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS)
         // A row of -inf only (a mask of -inf over all keys) subtracts 0 and sums 0.
         const float sc = kadd_on ? 1.f : scale_log2;
         const float sub0 = m0 == NEG_INF ? 0.f : m0 * sc, sub1 = m1 == NEG_INF ? 0.f : m1 * sc;
-        float l0 = 0.f, l1 = 0.f;
-        float o[32];
+        WgState st;  // O (not live before the first P V step), the row sums; no running max
+        st.l0 = 0.f;
+        st.l1 = 0.f;
         // P V in two halves of 64 keys: the first half's 4 k16 steps go out (the first writes O)
         // while the second half is exponentiated. P stays in registers until the wait (wgmma
         // reads them asynchronously), hence one array for both halves, fenced after the wait.
@@ -1557,8 +1558,8 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS)
                 s[4 * j + 1] = ex2_approx(fmaf(s[4 * j + 1], sc, -sub0));
                 s[4 * j + 2] = ex2_approx(fmaf(s[4 * j + 2], sc, -sub1));
                 s[4 * j + 3] = ex2_approx(fmaf(s[4 * j + 3], sc, -sub1));
-                l0 += s[4 * j + 0] + s[4 * j + 1];
-                l1 += s[4 * j + 2] + s[4 * j + 3];
+                st.l0 += s[4 * j + 0] + s[4 * j + 1];
+                st.l1 += s[4 * j + 2] + s[4 * j + 3];
             }
 #pragma unroll
             for (int kk = 0; kk < 4; ++kk) {
@@ -1568,26 +1569,21 @@ extern "C" __global__ void __launch_bounds__(WG_THREADS, WG_MIN_BLOCKS)
                 pa[half][kk][2] = pack2(p8[4], p8[5]);
                 pa[half][kk][3] = pack2(p8[6], p8[7]);
             }
-            if (half == 0) {
-                mbar_wait(s_fullv + 8 * c_stage, par);
-                wgmma_fence();
-                wgmma_rs_tb_first(o, pa[0][0], vd);
-            } else {
-                wgmma_fence();  // orders the writes of pa before the wgmma reads them
-                wgmma_rs_tb(o, pa[1][0], wg_desc_add(vd, 4 * 128));
-            }
+            if (half == 0) mbar_wait(s_fullv + 8 * c_stage, par);  // V has landed
+            wgmma_fence();  // orders the writes of pa before the wgmma reads them
 #pragma unroll
-            for (int kk = 1; kk < 4; ++kk) wgmma_rs_tb(o, pa[half][kk], wg_desc_add(vd, (4 * half + kk) * 128));
+            for (int kk = 0; kk < 4; ++kk) {
+                if (half == 0 && kk == 0) {
+                    wgmma_rs_tb_first(st.o, pa[0][0], vd);
+                } else {
+                    wgmma_rs_tb(st.o, pa[half][kk], wg_desc_add(vd, (4 * half + kk) * 128));
+                }
+            }
             wgmma_commit();
         }
         wgmma_wait0();
 #pragma unroll
         for (int i = 0; i < 32; ++i) asm volatile("" : "+r"((&pa[0][0][0])[i])::"memory");
-        WgState st;  // for wg_store: the normalisation's row sums and O
-#pragma unroll
-        for (int i = 0; i < 32; ++i) st.o[i] = o[i];
-        st.l0 = l0;
-        st.l1 = l1;
         wg_fence_acc<32>(st.o);
         wg_store<true>(st, sbase + c_stage * ITEM_STAGE + wg * WG_TILE + wwarp * 2048, out, b, h, N, H,
                        wg * 64 + wwarp * 16, g, tq, lane);
