@@ -10,6 +10,8 @@ use std::ffi::OsString;
 use fuseprof_analyzer::{Analysis, AnalyzeConfig, GroupBy};
 use fuseprof_collector::collect::{self, Capture, CollectConfig, PytorchMode};
 use fuseprof_collector::import::{self, Format, ImportOptions};
+use fuseprof_fusion_advisor::bench::{self, BenchConfig, Selection};
+use fuseprof_fusion_advisor::AdviseConfig;
 use fuseprof_store::Store;
 
 #[derive(Parser, Debug)]
@@ -24,6 +26,8 @@ use fuseprof_store::Store;
       fuseprof info run.sqlite\n  \
       fuseprof analyze run.sqlite --by shape          # hotspots, headroom, steps\n  \
       fuseprof diff before.sqlite after.sqlite\n  \
+      fuseprof advise run.sqlite                      # fusable chains, bundled kernels, savings\n  \
+      fuseprof bench run.sqlite --all                 # measure them on a GPU\n  \
       fuseprof export run.sqlite -o trace.json        # open in ui.perfetto.dev"
 )]
 struct Cli {
@@ -131,6 +135,65 @@ enum Command {
         #[arg(long, default_value_t = 15)]
         top: usize,
         /// Print the diff as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Find the fusable operator chains in a run, propose the bundled kernel that replaces each
+    /// one exactly, with the saving it should bring per step, and list what no bundled kernel
+    /// covers.
+    #[command(after_help = "Examples:\n  \
+        fuseprof advise swin.sqlite\n  \
+        fuseprof advise swin.sqlite --step 1 --min-saving-pct 1\n  \
+        fuseprof advise swin.sqlite --json > advice.json   # fields: fusion-advisor/JSON.md\n\n\
+        Needs op ranges with input shapes: `fuseprof collect --pytorch shapes` (or modules),\n\
+        or a PyTorch-profiler trace recorded with record_shapes=True.")]
+    Advise {
+        /// The run file to read.
+        run: PathBuf,
+        /// Print the advice as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Restrict to one step (numbered from 0, as in `analyze`).
+        #[arg(long)]
+        step: Option<usize>,
+        /// List proposals that save less than this share of the step (%) as not proposed.
+        #[arg(long, default_value_t = 0.2)]
+        min_saving_pct: f64,
+        /// Rows of the not-proposed and no-bundled-kernel lists in the text output.
+        #[arg(long, default_value_t = 12)]
+        top: usize,
+    },
+    /// Measure advise's proposals on the recorded shapes and dtypes on a GPU: the eager chain,
+    /// the bundled kernel and the chain under torch.compile, interleaved, with a numerics gate
+    /// against a float32 reference. Results are stored in the run.
+    #[command(after_help = "Examples:\n  \
+        fuseprof bench swin.sqlite --all\n  \
+        fuseprof bench swin.sqlite --proposal wattn-4096x3x49x32-shifted -o results.json\n\n\
+        Needs python3 with PyTorch and a CUDA GPU (--python or $FUSEPROF_PYTHON), and\n\
+        libfuseprof_kernels.so next to fuseprof or in $FUSEPROF_KERNELS_LIB\n\
+        (cargo build --release -p fuseprof-kernels).")]
+    Bench {
+        /// The run file whose proposals to measure.
+        run: PathBuf,
+        /// Measure this proposal (an id from `fuseprof advise`); repeatable.
+        #[arg(long, conflicts_with = "all")]
+        proposal: Vec<String>,
+        /// Measure every proposal.
+        #[arg(long)]
+        all: bool,
+        /// Also write the results as JSON.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// Interleaved rounds of (ours, eager, compiled).
+        #[arg(long, default_value_t = 3)]
+        rounds: u32,
+        /// Skip timing the chains under torch.compile.
+        #[arg(long)]
+        no_compile: bool,
+        /// The python3 that has torch (default: $FUSEPROF_PYTHON, else python3).
+        #[arg(long)]
+        python: Option<PathBuf>,
+        /// Print the results as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -316,6 +379,60 @@ fn run(command: Command) -> Result<ExitCode> {
                 println!("{}", serde_json::to_string_pretty(&d)?);
             } else {
                 print!("{}", fuseprof_analyzer::render_diff_text(&d, top));
+            }
+        }
+        Command::Advise {
+            run,
+            json,
+            step,
+            min_saving_pct,
+            top,
+        } => {
+            let cfg = AdviseConfig {
+                step,
+                min_saving_pct,
+            };
+            let advice = fuseprof_fusion_advisor::advise_file(&run, &cfg)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&advice)?);
+            } else {
+                print!("{}", fuseprof_fusion_advisor::render_text(&advice, top));
+            }
+        }
+        Command::Bench {
+            run,
+            proposal,
+            all,
+            output,
+            rounds,
+            no_compile,
+            python,
+            json,
+        } => {
+            if proposal.is_empty() && !all {
+                anyhow::bail!("name the proposals to measure (--proposal ID) or pass --all");
+            }
+            let cfg = BenchConfig {
+                selection: if all {
+                    Selection::All
+                } else {
+                    Selection::Ids(proposal)
+                },
+                python,
+                kernels_lib: None,
+                rounds,
+                compile: !no_compile,
+                output,
+                advise: AdviseConfig::default(),
+            };
+            let report = bench::bench(&run, &cfg)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", bench::render_report(&report));
+            }
+            if report.rows.iter().any(|r| r.measured.status != "passed") {
+                return Ok(ExitCode::from(2));
             }
         }
         Command::Info { run, json } => {

@@ -241,7 +241,7 @@ pub(crate) struct Accumulated {
 }
 
 /// Module id of every range: parents come before children in the tree's order.
-fn module_ids(tree: &Tree) -> (Vec<u32>, Modules) {
+pub(crate) fn module_ids(tree: &Tree) -> (Vec<u32>, Modules) {
     let mut modules = Modules::new();
     let mut module_of = vec![0u32; tree.ranges.len()];
     for i in 0..tree.ranges.len() {

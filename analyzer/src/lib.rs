@@ -41,6 +41,7 @@ pub mod ops;
 mod report;
 mod sort;
 pub mod steps;
+pub mod trace;
 
 use std::path::Path;
 
@@ -55,6 +56,7 @@ pub use hotspots::{ClassRow, DeviceTimeline, KernelRow, ModuleRow, OpRow, ShapeR
 pub use ops::Role;
 pub use report::render_text;
 pub use steps::StepSource;
+pub use trace::{op_trace, GpuRecord, OpInstance, OpTrace};
 
 use attribution::{Item, FLAG_NO_LAUNCH, KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET};
 use hotspots::{Acc, FxMap};
@@ -330,67 +332,17 @@ pub fn analyze_with_rules(
     rules: &Rules,
 ) -> Result<Analysis> {
     let mut clock = std::time::Instant::now();
-    let path = store.path().to_path_buf();
-    let run = store.run()?;
-    let device_rows = store.devices()?;
-    let mut names = Names::new(store.strings()?);
-    let mut notes = Vec::new();
-    lap(&mut clock, "run, devices and strings");
-
-    // 1. The operator tree.
-    let mut tb = TreeBuilder::new(&mut names);
-    store.for_each_lean_range(|r| tb.add(r))?;
-    let latest_range_ns = tb.latest_ns;
-    lap(&mut clock, "ranges scan");
-    // Ranges that never closed end with the run; the run's end is not known before the GPU
-    // records are read, so close them at the latest range time seen (then notes say so).
-    let mut tree = tb.build(latest_range_ns);
-    lap(&mut clock, "tree build");
-
-    // 2. Attribution.
-    let att = attribution::attribute(store, &mut tree, &mut names, rules, &mut clock)?;
-    if att.items.is_empty() {
-        return Err(Error::EmptyRun { path });
-    }
-    if tree.unclosed > 0 {
-        notes.push(format!(
-            "{} ranges never closed; each was closed where its parent closes, or at the last \
-             range event of the run",
-            tree.unclosed
-        ));
-    }
-    if tree.clipped > 0 {
-        notes.push(format!(
-            "{} ranges overlapped their enclosing range without nesting; each was cut at its \
-             parent's end",
-            tree.clipped
-        ));
-    }
-    if tree.reversed > 0 {
-        notes.push(format!(
-            "{} ranges end before they start; they were taken as zero-length",
-            tree.reversed
-        ));
-    }
-    if att.reversed > 0 {
-        notes.push(format!(
-            "{} GPU records end before they start; their duration was taken as 0",
-            att.reversed
-        ));
-    }
-    if tree.ranges.is_empty() {
-        notes.push(
-            "the run has no ranges (no cpu_op, NVTX or annotation ranges): all GPU time is \
-             unattributed; record with PyTorch's profiler or emit_nvtx to get ops"
-                .into(),
-        );
-    }
-    let mut items = att.items;
-    let devices = att.devices;
-    lap(&mut clock, "notes");
-
-    // 3. Steps (always over the whole run).
-    let found = steps::find(&tree, &names, &items);
+    let Loaded {
+        path,
+        run,
+        device_rows,
+        names,
+        tree,
+        mut items,
+        devices,
+        found,
+        mut notes,
+    } = load(store, rules, &mut clock)?;
     let mut step_rows: Vec<StepRow> = found
         .windows
         .iter()
@@ -813,6 +765,97 @@ pub fn analyze_with_rules(
         by_kernel,
         by_class,
         headroom,
+        notes,
+    })
+}
+
+/// What every reading of a run starts from: the operator tree, each GPU record attributed to its
+/// range, and the step windows (always over the whole run).
+pub(crate) struct Loaded {
+    pub path: std::path::PathBuf,
+    pub run: fuseprof_store::RunInfo,
+    pub device_rows: Vec<fuseprof_store::Device>,
+    pub names: Names,
+    pub tree: ops::Tree,
+    pub items: Vec<Item>,
+    pub devices: Vec<i64>,
+    pub found: steps::Found,
+    pub notes: Vec<String>,
+}
+
+pub(crate) fn load(
+    store: &mut Store,
+    rules: &Rules,
+    clock: &mut std::time::Instant,
+) -> Result<Loaded> {
+    let path = store.path().to_path_buf();
+    let run = store.run()?;
+    let device_rows = store.devices()?;
+    let mut names = Names::new(store.strings()?);
+    let mut notes = Vec::new();
+    lap(clock, "run, devices and strings");
+
+    // 1. The operator tree.
+    let mut tb = TreeBuilder::new(&mut names);
+    store.for_each_lean_range(|r| tb.add(r))?;
+    let latest_range_ns = tb.latest_ns;
+    lap(clock, "ranges scan");
+    // Ranges that never closed end with the run; the run's end is not known before the GPU
+    // records are read, so close them at the latest range time seen (then notes say so).
+    let mut tree = tb.build(latest_range_ns);
+    lap(clock, "tree build");
+
+    // 2. Attribution.
+    let att = attribution::attribute(store, &mut tree, &mut names, rules, clock)?;
+    if att.items.is_empty() {
+        return Err(Error::EmptyRun { path });
+    }
+    if tree.unclosed > 0 {
+        notes.push(format!(
+            "{} ranges never closed; each was closed where its parent closes, or at the last \
+             range event of the run",
+            tree.unclosed
+        ));
+    }
+    if tree.clipped > 0 {
+        notes.push(format!(
+            "{} ranges overlapped their enclosing range without nesting; each was cut at its \
+             parent's end",
+            tree.clipped
+        ));
+    }
+    if tree.reversed > 0 {
+        notes.push(format!(
+            "{} ranges end before they start; they were taken as zero-length",
+            tree.reversed
+        ));
+    }
+    if att.reversed > 0 {
+        notes.push(format!(
+            "{} GPU records end before they start; their duration was taken as 0",
+            att.reversed
+        ));
+    }
+    if tree.ranges.is_empty() {
+        notes.push(
+            "the run has no ranges (no cpu_op, NVTX or annotation ranges): all GPU time is \
+             unattributed; record with PyTorch's profiler or emit_nvtx to get ops"
+                .into(),
+        );
+    }
+    lap(clock, "notes");
+
+    let found = steps::find(&tree, &names, &att.items);
+    lap(clock, "steps");
+    Ok(Loaded {
+        path,
+        run,
+        device_rows,
+        names,
+        tree,
+        items: att.items,
+        devices: att.devices,
+        found,
         notes,
     })
 }

@@ -548,18 +548,18 @@ fn analyze_path(p: &Path) -> fuseprof_analyzer::Result<Analysis> {
 
 #[test]
 fn a_newer_schema_is_refused_with_a_clear_message() {
-    let p = fuseprof_fixtures::path("handmade/newer_schema_v2.sqlite");
+    let p = fuseprof_fixtures::path("handmade/newer_schema_v99.sqlite");
     let e = analyze_path(&p).unwrap_err();
     assert!(
         matches!(
             e,
-            Error::Store(fuseprof_store::Error::NewerSchema { found: 2, .. })
+            Error::Store(fuseprof_store::Error::NewerSchema { found: 99, .. })
         ),
         "{e:?}"
     );
     assert!(
         e.to_string()
-            .contains("written by a newer fuseprof (store schema 2"),
+            .contains("written by a newer fuseprof (store schema 99"),
         "{e}"
     );
 }

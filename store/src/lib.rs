@@ -27,13 +27,15 @@ mod model;
 mod names;
 mod raw;
 mod reader;
+mod results;
 mod writer;
 
 pub use error::{Error, Result};
 pub use model::*;
 pub use names::{parse_range_name, ParsedName};
 pub use reader::{Info, Store, Strings, TableCounts};
+pub use results::{record_bench_results, BenchResult};
 pub use writer::{Counts, CreateOptions, Writer};
 
 /// The schema version this build writes and the newest it reads.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;

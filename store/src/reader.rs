@@ -308,6 +308,10 @@ impl Store {
         &self.path
     }
 
+    pub(crate) fn rt_conn(&mut self) -> (&tokio::runtime::Runtime, &mut SqliteConnection) {
+        (&self.rt, &mut self.conn)
+    }
+
     /// Whether the lean scans (`for_each_lean_*`) read the tables' pages from the file
     /// directly (the default; 4 to 6 times faster on a large run) or step SQL SELECTs. Both
     /// give the same rows and values: where the pages hold anything the direct reader does not

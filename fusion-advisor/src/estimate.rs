@@ -1,0 +1,400 @@
+//! The expected time of a bundled kernel on a shape: its bytes and FLOPs against the device's
+//! ceilings (the floor), divided by the efficiency (floor / measured) that the same kernel reached
+//! in fuseprof's benchmark of record on the nearest benchmarked shape (`calibration.tsv`).
+
+use fuseprof_analyzer::headroom::{ceiling_for, Ceiling};
+use fuseprof_store::Device;
+use serde::{Deserialize, Serialize};
+
+/// A bundled kernel on one shape. Sizes are elements; `elem_bytes` is 2 (fp16/bf16).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "family", rename_all = "snake_case")]
+pub enum Kernel {
+    /// `fmha_fwd_window` on the precombined bias + mask: `batch` windows x heads.
+    WindowFmha {
+        batch: i64,
+        heads: i64,
+        seq: i64,
+        head_dim: i64,
+        /// Distinct shifted-window masks (0: no mask).
+        windows: i64,
+    },
+    /// The fMHA for sequences up to 512 tokens (Hopper TMA kernels on sm_90).
+    Fmha {
+        batch: i64,
+        heads: i64,
+        seq: i64,
+        head_dim: i64,
+        key_mask: bool,
+    },
+    /// LayerNorm + cyclic shift + zero pad + window partition.
+    LnPartition {
+        b: i64,
+        h: i64,
+        w: i64,
+        c: i64,
+        window: i64,
+    },
+    /// Window reverse + reverse shift + residual (+ the next LayerNorm).
+    WindowReverse {
+        b: i64,
+        h: i64,
+        w: i64,
+        c: i64,
+        window: i64,
+        with_ln: bool,
+    },
+    /// cuBLASLt GEMM with a bias + exact GELU epilogue.
+    GemmGelu { m: i64, n: i64, k: i64 },
+    /// cuBLASLt GEMM with a bias + residual epilogue.
+    GemmResidual { m: i64, n: i64, k: i64 },
+    /// GEMM on operands padded to multiples of 8 (`n`, `k` are the padded sizes);
+    /// `pad_bytes` is the activation copying the padding costs per call.
+    PaddedGemm {
+        batch: i64,
+        m: i64,
+        n: i64,
+        k: i64,
+        pad_bytes: i64,
+    },
+    /// 16-byte-vector bias + residual add.
+    BiasResidual { rows: i64, cols: i64 },
+}
+
+fn up8(x: i64) -> i64 {
+    (x + 7) / 8 * 8
+}
+
+impl Kernel {
+    pub fn family(&self) -> &'static str {
+        match self {
+            Kernel::WindowFmha { .. } => "window_fmha",
+            Kernel::Fmha { .. } => "fmha",
+            Kernel::LnPartition { .. } => "ln_partition",
+            Kernel::WindowReverse { .. } => "window_reverse",
+            Kernel::GemmGelu { .. } => "gemm_gelu",
+            Kernel::GemmResidual { .. } => "gemm_residual",
+            Kernel::PaddedGemm { .. } => "padded_gemm",
+            Kernel::BiasResidual { .. } => "bias_residual",
+        }
+    }
+
+    /// Bytes it must move through device memory (each input read once, each output written
+    /// once) and the FLOPs it does, for elements of `e` bytes.
+    pub fn cost(&self, e: f64) -> (f64, f64) {
+        let f = |x: i64| x as f64;
+        match *self {
+            Kernel::WindowFmha {
+                batch,
+                heads,
+                seq,
+                head_dim,
+                windows,
+            } => {
+                let tokens = f(batch * seq * heads * head_dim);
+                let add = f(windows.max(1) * heads * seq * up8(seq));
+                (
+                    (4.0 * tokens + add) * e,
+                    4.0 * f(batch * heads) * f(seq * seq) * f(head_dim),
+                )
+            }
+            Kernel::Fmha {
+                batch,
+                heads,
+                seq,
+                head_dim,
+                key_mask,
+            } => {
+                let tokens = f(batch * seq * heads * head_dim);
+                let mask = if key_mask { f(batch * seq) } else { 0.0 };
+                (
+                    (4.0 * tokens + mask) * e,
+                    4.0 * f(batch * heads) * f(seq * seq) * f(head_dim),
+                )
+            }
+            Kernel::LnPartition { b, h, w, c, window } => {
+                let padded = f(b * up_to(h, window) * up_to(w, window) * c);
+                ((f(b * h * w * c) + padded) * e, 0.0)
+            }
+            Kernel::WindowReverse {
+                b,
+                h,
+                w,
+                c,
+                window,
+                with_ln,
+            } => {
+                let padded = f(b * up_to(h, window) * up_to(w, window) * c);
+                let x = f(b * h * w * c);
+                let outs = if with_ln { 3.0 } else { 2.0 };
+                ((padded + outs * x) * e, 0.0)
+            }
+            Kernel::GemmGelu { m, n, k } => (
+                (f(m * k) + f(n * k) + f(m * n) + f(n)) * e,
+                2.0 * f(m) * f(n) * f(k),
+            ),
+            Kernel::GemmResidual { m, n, k } => (
+                (f(m * k) + f(n * k) + 2.0 * f(m * n) + f(n)) * e,
+                2.0 * f(m) * f(n) * f(k),
+            ),
+            Kernel::PaddedGemm {
+                batch,
+                m,
+                n,
+                k,
+                pad_bytes,
+            } => (
+                f(batch) * (f(m * k) + f(n * k) + f(m * n)) * e + f(pad_bytes),
+                2.0 * f(batch) * f(m) * f(n) * f(k),
+            ),
+            Kernel::BiasResidual { rows, cols } => ((3.0 * f(rows * cols) + f(cols)) * e, 0.0),
+        }
+    }
+
+    /// Time at the ceilings, seconds.
+    pub fn floor_s(&self, e: f64, c: &Ceiling) -> f64 {
+        let (bytes, flops) = self.cost(e);
+        (bytes / c.mem_bytes_per_s).max(flops / c.flops_16bit_per_s)
+    }
+}
+
+fn up_to(x: i64, window: i64) -> i64 {
+    (x + window - 1) / window * window
+}
+
+/// One benchmarked shape of a kernel.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CalibrationRow {
+    pub kernel: Kernel,
+    pub ours_us: f64,
+    pub bench_kernel: String,
+    pub bench_shape: String,
+}
+
+/// The device the calibration was measured on, and where its figures are.
+pub const CALIBRATION_DEVICE: &str = "NVIDIA H100 80GB HBM3";
+pub const CALIBRATION_SOURCE: &str = "kernels/bench/results/run13-h100/bench.json";
+
+fn param(params: &str, name: &str) -> Result<i64, String> {
+    params
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+        .ok_or_else(|| format!("no {name}= in {params:?}"))?
+        .parse()
+        .map_err(|e| format!("{name} in {params:?}: {e}"))
+}
+
+/// Parses `calibration.tsv`.
+pub fn parse_calibration(text: &str) -> Result<Vec<CalibrationRow>, String> {
+    let mut rows = Vec::new();
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+    {
+        let cols: Vec<&str> = line.split('\t').collect();
+        let [family, p, ours, bench_kernel, bench_shape] = cols[..] else {
+            return Err(format!(
+                "calibration line {line:?}: expected 5 tab-separated columns"
+            ));
+        };
+        let g = |n: &str| param(p, n);
+        let kernel = match family {
+            "window_fmha" => Kernel::WindowFmha {
+                batch: g("batch")?,
+                heads: g("heads")?,
+                seq: g("seq")?,
+                head_dim: g("head_dim")?,
+                windows: g("windows")?,
+            },
+            "fmha" => Kernel::Fmha {
+                batch: g("batch")?,
+                heads: g("heads")?,
+                seq: g("seq")?,
+                head_dim: g("head_dim")?,
+                key_mask: g("key_mask")? != 0,
+            },
+            "ln_partition" => Kernel::LnPartition {
+                b: g("b")?,
+                h: g("h")?,
+                w: g("w")?,
+                c: g("c")?,
+                window: g("window")?,
+            },
+            "window_reverse" => Kernel::WindowReverse {
+                b: g("b")?,
+                h: g("h")?,
+                w: g("w")?,
+                c: g("c")?,
+                window: g("window")?,
+                with_ln: g("with_ln")? != 0,
+            },
+            "gemm_gelu" => Kernel::GemmGelu {
+                m: g("m")?,
+                n: g("n")?,
+                k: g("k")?,
+            },
+            "gemm_residual" => Kernel::GemmResidual {
+                m: g("m")?,
+                n: g("n")?,
+                k: g("k")?,
+            },
+            "padded_gemm" => Kernel::PaddedGemm {
+                batch: g("batch")?,
+                m: g("m")?,
+                n: g("n")?,
+                k: g("k")?,
+                pad_bytes: 0,
+            },
+            "bias_residual" => Kernel::BiasResidual {
+                rows: g("rows")?,
+                cols: g("cols")?,
+            },
+            other => return Err(format!("calibration: unknown family {other:?}")),
+        };
+        rows.push(CalibrationRow {
+            kernel,
+            ours_us: ours.parse().map_err(|e| format!("{line:?}: {e}"))?,
+            bench_kernel: bench_kernel.to_string(),
+            bench_shape: bench_shape.to_string(),
+        });
+    }
+    Ok(rows)
+}
+
+/// The built-in ceilings for a device name (the figures measured on the project's devices);
+/// the calibration's efficiencies are relative to these.
+pub fn builtin_ceiling(name: &str) -> Option<Ceiling> {
+    ceiling_for(&Device {
+        name: Some(name.to_string()),
+        ..Device::default()
+    })
+}
+
+/// An expected time and how it was reached.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Expected {
+    pub ns: f64,
+    pub bytes: f64,
+    pub flops: f64,
+    /// Time at the target device's ceilings.
+    pub floor_ns: f64,
+    /// floor / measured of the calibration row used.
+    pub efficiency: f64,
+    /// `window fMHA s1 (4096x3x49x32 bias+mask): 84.0 us`
+    pub calibrated_on: String,
+    /// The calibration row's floor over this shape's (1 = same size).
+    pub size_ratio: f64,
+}
+
+/// Estimates `kernel` on the device with ceilings `target`.
+pub fn expected(kernel: &Kernel, target: &Ceiling, table: &[CalibrationRow]) -> Option<Expected> {
+    let bench = builtin_ceiling(CALIBRATION_DEVICE)?;
+    let floor = kernel.floor_s(2.0, target);
+    let here = kernel.floor_s(2.0, &bench);
+    let (row, row_floor) = table
+        .iter()
+        .filter(|r| r.kernel.family() == kernel.family())
+        .map(|r| (r, r.kernel.floor_s(2.0, &bench)))
+        .min_by(|a, b| {
+            let d = |f: f64| (f / here).ln().abs();
+            d(a.1).total_cmp(&d(b.1))
+        })?;
+    let efficiency = (row_floor / (row.ours_us * 1e-6)).min(1.0);
+    let (bytes, flops) = kernel.cost(2.0);
+    Some(Expected {
+        ns: floor / efficiency * 1e9,
+        bytes,
+        flops,
+        floor_ns: floor * 1e9,
+        efficiency,
+        calibrated_on: format!(
+            "{} ({}): {:.1} us",
+            row.bench_kernel, row.bench_shape, row.ours_us
+        ),
+        size_ratio: row_floor / here,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> Vec<CalibrationRow> {
+        parse_calibration(include_str!("calibration.tsv")).unwrap()
+    }
+
+    /// Every calibration line is the benchmark of record's figure, not a typed-in one.
+    #[test]
+    fn the_calibration_is_the_committed_benchmark() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../kernels/bench/results/run13-h100/bench.json"
+        );
+        let bench: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        assert_eq!(
+            bench["info"]["device"].as_str(),
+            Some(CALIBRATION_DEVICE),
+            "{}",
+            bench["info"]
+        );
+        let rows = bench["rows"].as_array().unwrap();
+        let t = table();
+        assert!(t.len() >= 20);
+        for c in &t {
+            let r = rows
+                .iter()
+                .find(|r| {
+                    r["kernel"] == c.bench_kernel.as_str() && r["shape"] == c.bench_shape.as_str()
+                })
+                .unwrap_or_else(|| panic!("{} / {} not in {path}", c.bench_kernel, c.bench_shape));
+            let us = r["ours_us"].as_f64().unwrap();
+            assert!(
+                (us - c.ours_us).abs() < 5e-4,
+                "{}: {us} vs {}",
+                c.bench_kernel,
+                c.ours_us
+            );
+        }
+    }
+
+    #[test]
+    fn a_benchmarked_shape_is_expected_at_its_benchmarked_time() {
+        let h100 = builtin_ceiling(CALIBRATION_DEVICE).unwrap();
+        for row in table() {
+            let e = expected(&row.kernel, &h100, &table()).unwrap();
+            assert!(
+                (e.ns / 1e3 - row.ours_us).abs() < 0.01 * row.ours_us,
+                "{}: {} vs {}",
+                row.bench_kernel,
+                e.ns / 1e3,
+                row.ours_us
+            );
+            assert!(e.efficiency > 0.0 && e.efficiency <= 1.0);
+        }
+    }
+
+    #[test]
+    fn a_faster_device_and_a_smaller_shape_are_expected_faster() {
+        let h100 = builtin_ceiling(CALIBRATION_DEVICE).unwrap();
+        let h200 = builtin_ceiling("NVIDIA H200").unwrap();
+        let k = Kernel::LnPartition {
+            b: 64,
+            h: 56,
+            w: 56,
+            c: 96,
+            window: 7,
+        };
+        let a = expected(&k, &h100, &table()).unwrap();
+        let b = expected(&k, &h200, &table()).unwrap();
+        assert!(b.ns < a.ns * 0.8, "{} vs {}", b.ns, a.ns);
+        let small = Kernel::LnPartition {
+            b: 32,
+            h: 56,
+            w: 56,
+            c: 96,
+            window: 7,
+        };
+        assert!(expected(&small, &h100, &table()).unwrap().ns < a.ns * 0.6);
+    }
+}

@@ -1,0 +1,101 @@
+//! What each matched chain means: the shapes a pattern needs, the bundled kernel that replaces
+//! it exactly, its parameters and its Python call, or why it cannot be replaced. One function per
+//! pattern id of `patterns.txt`.
+
+mod attention;
+mod gemm;
+mod window;
+
+pub(crate) use attention::sdpa_backend;
+use fuseprof_analyzer::OpInstance;
+
+use crate::chain::Match;
+use crate::estimate::Kernel;
+
+/// A chain the advisor can replace.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Replacement {
+    pub kernel: Kernel,
+    /// `4096x3x49x32, 64 masks`: the part of the proposal id and title that names the shape.
+    pub shape: String,
+    /// The Python call that uses the kernel.
+    pub call: String,
+    /// Parameters the bench rebuilds the chain from (and the replacement's arguments).
+    pub params: Vec<(&'static str, i64)>,
+    /// What the advisor had to assume because the trace does not record it.
+    pub assumptions: Vec<String>,
+}
+
+/// What a rule says of a match.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Verdict {
+    Replace(Replacement),
+    /// The chain is this pattern, but the bundled kernel cannot replace it exactly.
+    NotProposed(String),
+    /// The shapes say it is not this pattern after all: the ops stay free for other patterns.
+    NoMatch,
+}
+
+/// The ops of one match, by pattern step.
+pub(crate) struct Ctx<'a> {
+    pub ops: &'a [&'a OpInstance],
+    pub m: &'a Match,
+    pub kernel_names: &'a [String],
+}
+
+impl<'a> Ctx<'a> {
+    pub fn op(&self, step: usize) -> Option<&'a OpInstance> {
+        self.m.at(step).map(|p| self.ops[p])
+    }
+    /// Input `i` of the op at `step`.
+    pub fn dims(&self, step: usize, i: usize) -> Option<&'a [i64]> {
+        self.op(step)?
+            .dims
+            .as_ref()?
+            .get(i)
+            .map(Vec::as_slice)
+            .filter(|d| !d.is_empty())
+    }
+}
+
+/// Element bytes of the chain's data: the first op's dtype, or what its kernels' names say.
+pub(crate) fn elem_bytes(ctx: &Ctx) -> Option<u32> {
+    ctx.m
+        .positions
+        .iter()
+        .find_map(|&(_, p)| ctx.ops[p].elem_bytes(ctx.kernel_names))
+}
+
+/// The bundled kernels take fp16 and bf16; anything else is said, not proposed.
+pub(crate) fn needs_16bit(ctx: &Ctx) -> Result<Vec<String>, Verdict> {
+    match elem_bytes(ctx) {
+        Some(2) => Ok(Vec::new()),
+        Some(b) => Err(Verdict::NotProposed(format!(
+            "{}-bit data: the bundled kernels take fp16 and bf16",
+            b * 8
+        ))),
+        None => Ok(vec![
+            "dtype not recorded and not in the kernel names: fp16 assumed".into(),
+        ]),
+    }
+}
+
+pub(crate) fn judge(pattern: &str, ctx: &Ctx) -> Verdict {
+    match pattern {
+        "window_attention" => attention::window(ctx),
+        "full_attention" => attention::full(ctx),
+        "sdpa" => attention::sdpa(ctx),
+        "window_partition" => window::partition(ctx),
+        "window_reverse" => window::reverse(ctx),
+        "gemm_gelu" => gemm::gelu(ctx),
+        "gemm_residual" => gemm::residual(ctx),
+        "bias_residual" => gemm::bias_residual(ctx),
+        "odd_gemm" => gemm::odd(ctx),
+        _ => Verdict::NoMatch,
+    }
+}
+
+/// Product of all but the last dimension (the rows of a `[..., cols]` tensor).
+pub(crate) fn rows(d: &[i64]) -> i64 {
+    d[..d.len().saturating_sub(1)].iter().product()
+}
