@@ -1,7 +1,8 @@
 //! `fuseprof bench`: each proposal measured on its recorded shapes and dtype. The chain is
 //! rebuilt as eager PyTorch from the pattern's semantics and the recorded shapes, and timed
 //! against the bundled kernel (and against the chain under torch.compile), interleaved, with a
-//! numerics gate against a float32 reference. The work runs in `python/fuseprof_bench.py`
+//! numerics gate against a float32 reference; times are GPU time per call from CUDA-graph
+//! replays, as a trace counts it. The work runs in `python/fuseprof_bench.py`
 //! (embedded, with the kernels' Python module) under the python3 that has torch; results go
 //! back into the run's store.
 

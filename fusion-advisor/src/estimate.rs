@@ -44,6 +44,8 @@ pub enum Kernel {
         window: i64,
         with_ln: bool,
     },
+    /// A plain cuBLASLt GEMM (calibrates the epilogues' increments).
+    Gemm { m: i64, n: i64, k: i64 },
     /// cuBLASLt GEMM with a bias + exact GELU epilogue.
     GemmGelu { m: i64, n: i64, k: i64 },
     /// cuBLASLt GEMM with a bias + residual epilogue.
@@ -72,6 +74,7 @@ impl Kernel {
             Kernel::Fmha { .. } => "fmha",
             Kernel::LnPartition { .. } => "ln_partition",
             Kernel::WindowReverse { .. } => "window_reverse",
+            Kernel::Gemm { .. } => "gemm",
             Kernel::GemmGelu { .. } => "gemm_gelu",
             Kernel::GemmResidual { .. } => "gemm_residual",
             Kernel::PaddedGemm { .. } => "padded_gemm",
@@ -129,7 +132,7 @@ impl Kernel {
                 let outs = if with_ln { 3.0 } else { 2.0 };
                 ((padded + outs * x) * e, 0.0)
             }
-            Kernel::GemmGelu { m, n, k } => (
+            Kernel::Gemm { m, n, k } | Kernel::GemmGelu { m, n, k } => (
                 (f(m * k) + f(n * k) + f(m * n) + f(n)) * e,
                 2.0 * f(m) * f(n) * f(k),
             ),
@@ -228,6 +231,11 @@ pub fn parse_calibration(text: &str) -> Result<Vec<CalibrationRow>, String> {
                 window: g("window")?,
                 with_ln: g("with_ln")? != 0,
             },
+            "gemm" => Kernel::Gemm {
+                m: g("m")?,
+                n: g("n")?,
+                k: g("k")?,
+            },
             "gemm_gelu" => Kernel::GemmGelu {
                 m: g("m")?,
                 n: g("n")?,
@@ -315,6 +323,110 @@ pub fn expected(kernel: &Kernel, target: &Ceiling, table: &[CalibrationRow]) -> 
     })
 }
 
+/// The expected time of a GEMM epilogue replacing a recorded GEMM (`gemm_ns` per call) and
+/// the elementwise op after it. The GEMM itself is the same cuBLASLt GEMM, so its recorded time
+/// stands; what changes is the epilogue, whose cost does not follow the GEMM's efficiency:
+/// - bias + exact GELU: cuBLASLt's erf epilogue costs a fixed time per output element, taken
+///   from the benchmark's GEMM + bias + GELU minus the plain GEMM on the same shape;
+/// - bias + residual: the residual is read while the GEMM computes, so the time is the larger of
+///   the recorded GEMM and the GEMM's bytes plus the residual's at the memory efficiency of the
+///   vectorised bias + residual kernel on the nearest size.
+pub fn expected_epilogue(
+    kernel: &Kernel,
+    gemm_ns: f64,
+    target: &Ceiling,
+    table: &[CalibrationRow],
+) -> Option<Expected> {
+    let bench = builtin_ceiling(CALIBRATION_DEVICE)?;
+    let (bytes, flops) = kernel.cost(2.0);
+    let floor = kernel.floor_s(2.0, target);
+    let (increment_s, calibrated_on) = match *kernel {
+        Kernel::GemmGelu { m, n, .. } => {
+            let (gelu, plain) = table.iter().find_map(|g| {
+                let Kernel::GemmGelu {
+                    m: gm,
+                    n: gn,
+                    k: gk,
+                } = g.kernel
+                else {
+                    return None;
+                };
+                let p = table.iter().find(|p| {
+                    p.kernel
+                        == Kernel::Gemm {
+                            m: gm,
+                            n: gn,
+                            k: gk,
+                        }
+                })?;
+                Some((g, p))
+            })?;
+            let elems = |k: &Kernel| match *k {
+                Kernel::GemmGelu { m, n, .. } => (m * n) as f64,
+                _ => 1.0,
+            };
+            let per_elem_s = (gelu.ours_us - plain.ours_us) * 1e-6 / elems(&gelu.kernel);
+            (
+                per_elem_s * (m * n) as f64 * bench.mem_bytes_per_s / target.mem_bytes_per_s,
+                format!(
+                    "recorded GEMM {:.1} us + the erf-GELU epilogue at {:.2} ns per 1000 output \
+                     elements ({} {:.1} us - {} {:.1} us)",
+                    gemm_ns / 1e3,
+                    per_elem_s * 1e12,
+                    gelu.bench_kernel,
+                    gelu.ours_us,
+                    plain.bench_kernel,
+                    plain.ours_us
+                ),
+            )
+        }
+        Kernel::GemmResidual { m, n, k } => {
+            let read = Kernel::BiasResidual { rows: m, cols: n };
+            let here = read.floor_s(2.0, &bench);
+            let row = table
+                .iter()
+                .filter(|r| r.kernel.family() == "bias_residual")
+                .min_by(|a, b| {
+                    let d = |r: &CalibrationRow| (r.kernel.floor_s(2.0, &bench) / here).ln().abs();
+                    d(a).total_cmp(&d(b))
+                })?;
+            let eff = (row.kernel.floor_s(2.0, &bench) / (row.ours_us * 1e-6)).min(1.0);
+            let residual_bytes = (m * n) as f64 * 2.0;
+            let gemm_bytes = (m * k + n * k + m * n + n) as f64 * 2.0;
+            // The residual is read while the GEMM computes: it costs time only where the GEMM's
+            // bytes plus the residual's, at the memory efficiency the elementwise kernels reach,
+            // take longer than the recorded GEMM.
+            let memory_s = (gemm_bytes + residual_bytes) / target.mem_bytes_per_s / eff;
+            (
+                (memory_s - gemm_ns * 1e-9).max(0.0),
+                format!(
+                    "max(recorded GEMM {:.1} us, its {:.1} MB + the residual's {:.1} MB at {:.0}% \
+                     of the memory ceiling = {:.1} us; {} ({}): {:.1} us)",
+                    gemm_ns / 1e3,
+                    gemm_bytes / 1e6,
+                    residual_bytes / 1e6,
+                    eff * 100.0,
+                    memory_s * 1e6,
+                    row.bench_kernel,
+                    row.bench_shape,
+                    row.ours_us
+                ),
+            )
+        }
+        _ => return None,
+    };
+    let ns = gemm_ns + increment_s * 1e9;
+    Some(Expected {
+        ns,
+        bytes,
+        flops,
+        floor_ns: floor * 1e9,
+        efficiency: (floor * 1e9 / ns).min(1.0),
+        calibrated_on,
+        size_ratio: 1.0,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -372,6 +484,37 @@ mod tests {
             );
             assert!(e.efficiency > 0.0 && e.efficiency <= 1.0);
         }
+    }
+
+    #[test]
+    fn an_epilogue_costs_the_recorded_gemm_plus_its_increment() {
+        let h100 = builtin_ceiling(CALIBRATION_DEVICE).unwrap();
+        // On the calibration shape, GEMM + erf-GELU is the plain GEMM + the measured difference.
+        let k = Kernel::GemmGelu {
+            m: 8192,
+            n: 3072,
+            k: 768,
+        };
+        let e = expected_epilogue(&k, 58_688.0, &h100, &table()).unwrap();
+        assert!((e.ns - 106_080.0).abs() < 1.0, "{}", e.ns);
+        // A memory-bound GEMM pays for the residual read (231 MB at 86% of 3 TB/s: 90 us) ...
+        let r = Kernel::GemmResidual {
+            m: 200704,
+            n: 96,
+            k: 384,
+        };
+        let e = expected_epilogue(&r, 80_000.0, &h100, &table()).unwrap();
+        assert!(e.ns > 88_000.0 && e.ns < 92_000.0, "{}", e.ns);
+        // ... a slower (compute-bound) one hides it.
+        let e = expected_epilogue(&r, 200_000.0, &h100, &table()).unwrap();
+        assert_eq!(e.ns, 200_000.0);
+        assert!(expected_epilogue(
+            &Kernel::BiasResidual { rows: 1, cols: 8 },
+            1.0,
+            &h100,
+            &table()
+        )
+        .is_none());
     }
 
     #[test]

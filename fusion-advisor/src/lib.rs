@@ -565,7 +565,20 @@ pub fn advise_trace(trace: &OpTrace, cfg: &AdviseConfig) -> Result<Advice> {
             ));
             continue;
         };
-        let Some(est) = estimate::expected(&r.kernel, ceiling, &table) else {
+        let est = match r.kernel {
+            Kernel::GemmGelu { .. } | Kernel::GemmResidual { .. } => {
+                // The chain's first op is the GEMM; its recorded time per call stands.
+                let gemm_ns = g
+                    .positions
+                    .iter()
+                    .map(|p| trace.ops[p[0]].gpu_ns as f64)
+                    .sum::<f64>()
+                    / instances as f64;
+                estimate::expected_epilogue(&r.kernel, gemm_ns, ceiling, &table)
+            }
+            _ => estimate::expected(&r.kernel, ceiling, &table),
+        };
+        let Some(est) = est else {
             not_proposed.push(not("no calibration for this kernel".into()));
             continue;
         };
@@ -747,8 +760,13 @@ pub fn advise_trace(trace: &OpTrace, cfg: &AdviseConfig) -> Result<Advice> {
             .then_with(|| a.ops.cmp(&b.ops))
     });
 
-    let current: f64 = proposals.iter().map(|p| p.current_ns_per_step).sum();
-    let expected: f64 = proposals.iter().map(|p| p.expected_ns_per_step).sum();
+    // `+ 0.0`: an empty f64 sum is -0.0, which prints as "-0.0%".
+    let current: f64 = proposals.iter().map(|p| p.current_ns_per_step).sum::<f64>() + 0.0;
+    let expected: f64 = proposals
+        .iter()
+        .map(|p| p.expected_ns_per_step)
+        .sum::<f64>()
+        + 0.0;
     let totals = Totals {
         proposals: proposals.len(),
         current_ns_per_step: current,
@@ -757,7 +775,7 @@ pub fn advise_trace(trace: &OpTrace, cfg: &AdviseConfig) -> Result<Advice> {
         saving_pct_of_step: pct_of_step(current - expected),
         coverage_pct_of_step: pct_of_step(current),
         measured_saving_ns_per_step: None,
-        unbundled_saving_ns_per_step: ub.iter().map(|u| u.saving_ns_per_step).sum(),
+        unbundled_saving_ns_per_step: ub.iter().map(|u| u.saving_ns_per_step).sum::<f64>() + 0.0,
     };
     Ok(Advice {
         format: "fuseprof-advice".into(),

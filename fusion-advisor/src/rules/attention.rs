@@ -38,7 +38,7 @@ pub(super) fn window(ctx: &Ctx) -> Verdict {
     };
     let mut assumptions = match needs_16bit(ctx) {
         Ok(a) => a,
-        Err(v) => return v,
+        Err(why) => return Verdict::NotProposed(why),
     };
     if !HEAD_DIMS.contains(&d) {
         return Verdict::NotProposed(format!(
@@ -123,7 +123,7 @@ fn full_attention(
     };
     match needs_16bit(ctx) {
         Ok(a) => assumptions.extend(a),
-        Err(v) => return v,
+        Err(why) => return Verdict::NotProposed(why),
     }
     if !HEAD_DIMS.contains(&d) {
         return Verdict::NotProposed(format!(

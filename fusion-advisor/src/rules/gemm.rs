@@ -42,7 +42,7 @@ fn epilogue(ctx: &Ctx, residual: bool) -> Verdict {
     }
     let mut assumptions = match needs_16bit(ctx) {
         Ok(a) => a,
-        Err(v) => return v,
+        Err(why) => return Verdict::NotProposed(why),
     };
     if !bias {
         return Verdict::NotProposed(
@@ -105,7 +105,7 @@ pub(super) fn bias_residual(ctx: &Ctx) -> Verdict {
     }
     let assumptions = match needs_16bit(ctx) {
         Ok(a) => a,
-        Err(v) => return v,
+        Err(why) => return Verdict::NotProposed(why),
     };
     let r = rows(x);
     Verdict::Replace(Replacement {
@@ -166,7 +166,7 @@ pub(super) fn odd(ctx: &Ctx) -> Verdict {
     }
     let mut assumptions = match needs_16bit(ctx) {
         Ok(a) => a,
-        Err(v) => return v,
+        Err(why) => return Verdict::NotProposed(why),
     };
     let (np, kp) = ((n + 7) / 8 * 8, (k + 7) / 8 * 8);
     // Activations are padded on every call: A when K is odd; B too when it is not a weight.

@@ -66,14 +66,14 @@ pub(crate) fn elem_bytes(ctx: &Ctx) -> Option<u32> {
         .find_map(|&(_, p)| ctx.ops[p].elem_bytes(ctx.kernel_names))
 }
 
-/// The bundled kernels take fp16 and bf16; anything else is said, not proposed.
-pub(crate) fn needs_16bit(ctx: &Ctx) -> Result<Vec<String>, Verdict> {
+/// The bundled kernels take fp16 and bf16: the assumptions about the dtype, or why not.
+pub(crate) fn needs_16bit(ctx: &Ctx) -> Result<Vec<String>, String> {
     match elem_bytes(ctx) {
         Some(2) => Ok(Vec::new()),
-        Some(b) => Err(Verdict::NotProposed(format!(
+        Some(b) => Err(format!(
             "{}-bit data: the bundled kernels take fp16 and bf16",
             b * 8
-        ))),
+        )),
         None => Ok(vec![
             "dtype not recorded and not in the kernel names: fp16 assumed".into(),
         ]),

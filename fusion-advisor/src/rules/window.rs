@@ -33,7 +33,7 @@ pub(super) fn partition(ctx: &Ctx) -> Verdict {
     }
     let mut assumptions = match needs_16bit(ctx) {
         Ok(a) => a,
-        Err(v) => return v,
+        Err(why) => return Verdict::NotProposed(why),
     };
     let shift = shift_of(ctx, 1, ws, &mut assumptions);
     Verdict::Replace(Replacement {
@@ -85,7 +85,7 @@ pub(super) fn reverse(ctx: &Ctx) -> Verdict {
     };
     let mut assumptions = match needs_16bit(ctx) {
         Ok(a) => a,
-        Err(v) => return v,
+        Err(why) => return Verdict::NotProposed(why),
     };
     let shift = shift_of(ctx, 1, ws, &mut assumptions);
     Verdict::Replace(Replacement {

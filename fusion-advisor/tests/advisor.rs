@@ -1,0 +1,593 @@
+//! The advisor on every fixture (snapshots of what users see), on hand-made edge cases, and
+//! `bench`'s Rust side driven by stand-in drivers (no GPU here): its errors, and its results
+//! going into the store.
+
+use std::collections::HashMap;
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+use fuseprof_fusion_advisor::bench::{self, BenchConfig, Selection};
+use fuseprof_fusion_advisor::{advise_file, Advice, AdviseConfig, Error};
+use fuseprof_store::{
+    Api, ApiCall, CreateOptions, Device, Kernel, Range, RangeKind, RunInfo, Store, Writer,
+};
+
+/// A store for a fixture (recordings decompressed, traces imported), made once per process.
+fn store_for(rel: &str) -> PathBuf {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    static DONE: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
+    let dir = DIR.get_or_init(|| tempfile::tempdir().unwrap());
+    let mut done = DONE.get_or_init(Default::default).lock().unwrap();
+    if let Some(p) = done.get(rel) {
+        return p.clone();
+    }
+    let input = fuseprof_fixtures::path(rel);
+    let name = Path::new(rel).file_name().unwrap().to_string_lossy();
+    let out = dir
+        .path()
+        .join(format!("{}.sqlite", name.split('.').next().unwrap()));
+    if rel.ends_with(".sqlite.gz") {
+        let mut gz = flate2::read::GzDecoder::new(std::fs::File::open(&input).unwrap());
+        std::io::copy(&mut gz, &mut std::fs::File::create(&out).unwrap()).unwrap();
+    } else if rel.ends_with(".sqlite") && Store::open(&input).is_ok() {
+        std::fs::copy(&input, &out).unwrap();
+    } else {
+        fuseprof_collector::import::import(
+            &input,
+            &out,
+            &fuseprof_collector::import::ImportOptions::default(),
+        )
+        .unwrap_or_else(|e| panic!("importing {rel}: {e}"));
+    }
+    done.insert(rel.to_string(), out.clone());
+    out
+}
+
+/// What a user sees of the advice, with numbers rounded to what the estimate can say.
+fn summary(a: &Advice) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "{} ({}), {:?}, steps {}: {:.1} us per step",
+        a.run.file,
+        a.run.source_format,
+        a.run.device,
+        a.run.steps,
+        a.step_gpu_ns / 1e3
+    );
+    for n in &a.notes {
+        let _ = writeln!(o, "note: {n}");
+    }
+    let t = &a.totals;
+    let _ = writeln!(
+        o,
+        "{} proposals: {:.1}% of the step now, saving {:.1} us ({:.1}%)",
+        t.proposals,
+        t.coverage_pct_of_step,
+        t.saving_ns_per_step / 1e3,
+        t.saving_pct_of_step
+    );
+    for p in &a.proposals {
+        let _ = writeln!(
+            o,
+            "  #{} {} x{:.2}: {:.1} -> {:.1} us/step, {} [{}]",
+            p.rank,
+            p.id,
+            p.instances_per_step,
+            p.current_ns_per_step / 1e3,
+            p.expected_ns_per_step / 1e3,
+            p.confidence,
+            p.ops
+                .iter()
+                .map(|s| s.split(' ').next().unwrap())
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+    }
+    for n in &a.not_proposed {
+        let _ = writeln!(
+            o,
+            "  not {} x{:.2} ({:.1} us/step): {}",
+            n.pattern,
+            n.instances_per_step,
+            n.current_ns_per_step / 1e3,
+            n.reason
+        );
+    }
+    for u in a.unbundled.iter().take(8) {
+        let _ = writeln!(
+            o,
+            "  unbundled x{:.2} >= {:.1} us: {}",
+            u.instances_per_step,
+            u.saving_ns_per_step / 1e3,
+            u.ops
+                .iter()
+                .map(|s| s.split(' ').next().unwrap())
+                .collect::<Vec<_>>()
+                .join(" + ")
+        );
+    }
+    o
+}
+
+fn fixtures() -> Vec<String> {
+    let mut v: Vec<String> = fuseprof_fixtures::KINETO
+        .iter()
+        .chain(fuseprof_fixtures::NSYS)
+        .map(|s| s.to_string())
+        .collect();
+    for r in [
+        "swin_t_infer_modules",
+        "vit_b16_infer_shapes",
+        "bert_base_infer_shapes",
+        "swin_t_train_step_shapes",
+        "gpu_test",
+    ] {
+        v.push(format!("recordings/{r}.sqlite.gz"));
+    }
+    v.push("recordings/swin_t_infer.kineto.json.gz".into());
+    v
+}
+
+#[test]
+fn advice_on_every_fixture() {
+    for rel in fixtures() {
+        let text = match advise_file(&store_for(&rel), &AdviseConfig::default()) {
+            Ok(a) => {
+                // Rendering never fails and the JSON round-trips.
+                assert!(!fuseprof_fusion_advisor::render_text(&a, 10).is_empty());
+                let back: Advice =
+                    serde_json::from_str(&serde_json::to_string(&a).unwrap()).unwrap();
+                assert_eq!(back.proposals.len(), a.proposals.len());
+                summary(&a)
+            }
+            Err(e) => format!("error: {e}\n"),
+        };
+        let name = Path::new(&rel).file_name().unwrap().to_string_lossy();
+        insta::assert_snapshot!(name.split('.').next().unwrap().to_string(), text);
+    }
+}
+
+#[test]
+fn swin_t_proposals_cover_half_the_step_and_count_each_op_once() {
+    let a = advise_file(
+        &store_for("recordings/swin_t_infer_modules.sqlite.gz"),
+        &AdviseConfig::default(),
+    )
+    .unwrap();
+    assert!(a.totals.coverage_pct_of_step >= 50.0, "{:?}", a.totals);
+    assert!(a.totals.saving_ns_per_step > 0.0);
+    for kind in ["window_attention", "window_partition", "window_reverse"] {
+        assert!(a.proposals.iter().any(|p| p.pattern == kind), "{kind}");
+    }
+    // Overlaps are resolved: no op start appears in two chains.
+    let mut starts = std::collections::HashSet::new();
+    for p in &a.proposals {
+        for l in &p.locations {
+            assert!(starts.insert((l.tid, l.start_ns)), "{} overlaps", p.id);
+        }
+    }
+    // Ranked by saving, ids unique.
+    assert!(a
+        .proposals
+        .windows(2)
+        .all(|w| w[0].saving_ns_per_step >= w[1].saving_ns_per_step));
+    let ids: std::collections::HashSet<_> = a.proposals.iter().map(|p| &p.id).collect();
+    assert_eq!(ids.len(), a.proposals.len());
+    // A step restricts and keeps the per-step figures.
+    let one = advise_file(
+        &store_for("recordings/swin_t_infer_modules.sqlite.gz"),
+        &AdviseConfig {
+            step: Some(1),
+            ..AdviseConfig::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(one.run.steps, 1);
+    assert_eq!(one.proposals.len(), a.proposals.len());
+    let d = (one.totals.current_ns_per_step - a.totals.current_ns_per_step).abs();
+    assert!(d < 0.02 * a.totals.current_ns_per_step, "{d}");
+}
+
+// ---- hand-made runs --------------------------------------------------------------------------
+
+/// One op of a hand-made run: its name, input dims, dtypes, and its kernel's duration (0: none).
+struct Op(&'static str, &'static str, &'static str, i64);
+
+/// Writes a run of `ops`, one after another on one thread, each launching one kernel, on an H100.
+fn handmade(dir: &Path, name: &str, ops: &[Op], shapes: bool) -> PathBuf {
+    let path = dir.join(format!("{name}.sqlite"));
+    let mut w = Writer::create(&path, CreateOptions::default()).unwrap();
+    w.device(Device {
+        id: 0,
+        name: Some("NVIDIA H100 80GB HBM3".into()),
+        ..Device::default()
+    });
+    let launch = w.intern("cudaLaunchKernel");
+    let mut t = 1_000_000;
+    for (i, op) in ops.iter().enumerate() {
+        let corr = i as i64 + 1;
+        let name = w.intern(op.0);
+        let mut r = Range::new(RangeKind::CpuOp, name, 1, 1, t);
+        r.end_ns = Some(t + 10_000);
+        if shapes {
+            r.input_dims = Some(w.intern(op.1));
+            r.input_types = Some(w.intern(op.2));
+        }
+        w.range(r).unwrap();
+        if op.3 > 0 {
+            w.api_call(ApiCall {
+                api: Api::Runtime,
+                start_ns: t + 1_000,
+                end_ns: t + 2_000,
+                pid: 1,
+                tid: 1,
+                correlation_id: Some(corr),
+                external_id: None,
+                name: launch,
+                return_code: None,
+            })
+            .unwrap();
+            let k = w.intern(&format!("kernel_{i}"));
+            w.kernel(Kernel {
+                start_ns: t + 3_000,
+                end_ns: t + 3_000 + op.3,
+                device_id: 0,
+                stream_id: 7,
+                pid: Some(1),
+                correlation_id: Some(corr),
+                external_id: None,
+                name: k,
+                grid: None,
+                block: None,
+                registers_per_thread: None,
+                static_smem_bytes: None,
+                dynamic_smem_bytes: None,
+                graph_id: None,
+            })
+            .unwrap();
+        }
+        t += 20_000;
+    }
+    w.finish(RunInfo {
+        source_format: "kineto".into(),
+        ..Default::default()
+    })
+    .unwrap();
+    path
+}
+
+const H: &str = "[\"c10::Half\", \"c10::Half\"]";
+const F32: &str = "[\"float\", \"float\"]";
+
+/// Swin stage-3 window attention (256 windows x 12 heads, N 49, d = `d`), with a shifted mask.
+fn window_chain(d: &'static str, types: &'static str) -> Vec<Op> {
+    let (q, k, s, v, o) = match d {
+        "32" => (
+            "[[256, 12, 49, 32], []]",
+            "[[256, 12, 49, 32], [256, 12, 32, 49]]",
+            "[[256, 12, 49, 49], [], []]",
+            "[[256, 12, 49, 49], [256, 12, 49, 32]]",
+            "[[256, 49, 12, 32], []]",
+        ),
+        _ => (
+            "[[256, 12, 49, 48], []]",
+            "[[256, 12, 49, 48], [256, 12, 48, 49]]",
+            "[[256, 12, 49, 49], [], []]",
+            "[[256, 12, 49, 49], [256, 12, 49, 48]]",
+            "[[256, 49, 12, 48], []]",
+        ),
+    };
+    vec![
+        Op("aten::mul", q, types, 20_000),
+        Op("aten::matmul", k, types, 60_000),
+        Op(
+            "aten::add",
+            "[[256, 12, 49, 49], [1, 12, 49, 49], []]",
+            types,
+            20_000,
+        ),
+        Op(
+            "aten::add",
+            "[[64, 4, 12, 49, 49], [1, 4, 1, 49, 49], []]",
+            types,
+            20_000,
+        ),
+        Op("aten::softmax", s, types, 35_000),
+        Op("aten::matmul", v, types, 60_000),
+        Op("aten::reshape", o, types, 25_000),
+    ]
+}
+
+fn advise(path: &Path) -> fuseprof_fusion_advisor::Result<Advice> {
+    advise_file(path, &AdviseConfig::default())
+}
+
+#[test]
+fn a_window_attention_chain_is_proposed_with_its_shapes() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = advise(&handmade(dir.path(), "w", &window_chain("32", H), true)).unwrap();
+    assert_eq!(a.proposals.len(), 1, "{}", summary(&a));
+    let p = &a.proposals[0];
+    assert_eq!(p.id, "wattn-256x12x49x32-shifted");
+    assert_eq!(p.params["windows"], 4);
+    assert_eq!(p.params["head_dim"], 32);
+    assert_eq!(p.dtype, "fp16");
+    assert!(p
+        .call
+        .contains("fk.attention(qkv, heads=12, seq=49, add=add)"));
+    // The run has no steps: everything is per run, and said so.
+    assert!(a.notes.iter().any(|n| n.contains("per run")));
+    assert!((p.current_ns_per_step - 240_000.0).abs() < 1.0);
+}
+
+#[test]
+fn a_chain_split_by_an_unrelated_op_is_explained_not_proposed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ops = window_chain("32", H);
+    ops.insert(5, Op("aten::cat", "[[64, 3], [64, 3], []]", H, 5_000));
+    let a = advise(&handmade(dir.path(), "split", &ops, true)).unwrap();
+    assert!(a.proposals.is_empty(), "{}", summary(&a));
+    let n = &a.not_proposed[0];
+    assert_eq!(n.pattern, "window_attention");
+    assert!(n.reason.contains("split by aten::cat"), "{}", n.reason);
+}
+
+#[test]
+fn a_float32_chain_is_not_proposed() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = advise(&handmade(dir.path(), "f32", &window_chain("32", F32), true)).unwrap();
+    assert!(a.proposals.is_empty());
+    assert!(
+        a.not_proposed[0].reason.contains("32-bit data"),
+        "{}",
+        summary(&a)
+    );
+}
+
+#[test]
+fn a_head_dim_the_kernel_lacks_is_not_proposed() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = advise(&handmade(dir.path(), "d48", &window_chain("48", H), true)).unwrap();
+    assert!(a.proposals.is_empty());
+    assert!(
+        a.not_proposed[0].reason.contains("head_dim 48"),
+        "{}",
+        summary(&a)
+    );
+}
+
+#[test]
+fn a_run_without_shapes_says_how_to_record_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = advise(&handmade(
+        dir.path(),
+        "noshapes",
+        &window_chain("32", H),
+        false,
+    ))
+    .unwrap_err();
+    assert!(matches!(e, Error::NoShapes { .. }), "{e}");
+    assert!(e.to_string().contains("--pytorch shapes"), "{e}");
+    assert!(e.to_string().contains("record_shapes=True"), "{e}");
+}
+
+#[test]
+fn a_run_without_op_ranges_is_refused_with_a_reason() {
+    let e = advise(&store_for(
+        "kineto/hta_triton_example_triton_example.json.gz",
+    ));
+    // Either no ops at all or no shapes: both are one-line errors that say what to record.
+    let e = e.err().map(|e| e.to_string());
+    if let Some(msg) = e {
+        assert!(msg.contains("record"), "{msg}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("empty.sqlite");
+    let mut w = Writer::create(&path, CreateOptions::default()).unwrap();
+    let n = w.intern("my_kernel");
+    w.kernel(Kernel {
+        start_ns: 0,
+        end_ns: 10,
+        device_id: 0,
+        stream_id: 1,
+        pid: Some(1),
+        correlation_id: None,
+        external_id: None,
+        name: n,
+        grid: None,
+        block: None,
+        registers_per_thread: None,
+        static_smem_bytes: None,
+        dynamic_smem_bytes: None,
+        graph_id: None,
+    })
+    .unwrap();
+    w.finish(RunInfo {
+        source_format: "cupti".into(),
+        ..Default::default()
+    })
+    .unwrap();
+    let e = advise(&path).unwrap_err();
+    assert!(matches!(e, Error::NoOps { .. }), "{e}");
+}
+
+#[test]
+fn epilogues_bias_residual_and_odd_gemms_are_matched() {
+    let dir = tempfile::tempdir().unwrap();
+    let ops = [
+        Op(
+            "aten::linear",
+            "[[8192, 768], [768, 768], [768]]",
+            H,
+            18_000,
+        ),
+        Op("aten::add", "[[8192, 768], [8192, 768], []]", H, 11_000),
+        Op(
+            "aten::layer_norm",
+            "[[8192, 768], [], [768], [768], [], []]",
+            H,
+            0,
+        ),
+        Op("aten::linear", "[[200704, 96], [49, 96]]", H, 52_000),
+        Op("aten::softmax", "[[4096, 49], [], []]", H, 0),
+        Op("aten::add", "[[200704, 96], [96], []]", H, 60_000),
+        Op("aten::add", "[[200704, 96], [200704, 96], []]", H, 60_000),
+    ];
+    let a = advise(&handmade(dir.path(), "gemms", &ops, true)).unwrap();
+    let ids: Vec<&str> = a.proposals.iter().map(|p| p.id.as_str()).collect();
+    assert!(ids.contains(&"gemm-res-8192x768x768"), "{}", summary(&a));
+    assert!(
+        ids.contains(&"pad-gemm-200704x49x96-to-56x96"),
+        "{}",
+        summary(&a)
+    );
+    assert!(ids.contains(&"bias-res-200704x96"), "{}", summary(&a));
+}
+
+// ---- bench without a GPU ---------------------------------------------------------------------
+
+fn copy_of(rel: &str, dir: &Path) -> PathBuf {
+    let p = dir.join("run.sqlite");
+    std::fs::copy(store_for(rel), &p).unwrap();
+    p
+}
+
+fn digest(p: &Path) -> Vec<u8> {
+    std::fs::read(p).unwrap()
+}
+
+/// A stand-in for python3: a shell script that runs `body` with the driver's arguments.
+fn fake_python(dir: &Path, body: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.join("python3");
+    std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}
+
+fn cfg(dir: &Path, python: PathBuf, selection: Selection) -> BenchConfig {
+    // Any file stands in for the kernels library: the stand-in driver does not load it.
+    let lib = dir.join("libfuseprof_kernels.so");
+    std::fs::write(&lib, b"").unwrap();
+    BenchConfig {
+        selection,
+        python: Some(python),
+        kernels_lib: Some(lib),
+        ..BenchConfig::default()
+    }
+}
+
+#[test]
+fn bench_refuses_an_unknown_proposal_and_leaves_the_store_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = copy_of("recordings/bert_base_infer_shapes.sqlite.gz", dir.path());
+    let before = digest(&run);
+    let py = fake_python(dir.path(), "exit 0");
+    let e = bench::bench(
+        &run,
+        &cfg(dir.path(), py, Selection::Ids(vec!["nope".into()])),
+    )
+    .unwrap_err();
+    assert!(matches!(e, Error::NoSuchProposal { .. }), "{e}");
+    assert!(e.to_string().contains("gemm-res-8192x768x768"), "{e}");
+    assert_eq!(digest(&run), before);
+}
+
+#[test]
+fn bench_without_a_gpu_or_torch_says_so_in_one_line_and_leaves_the_store_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = copy_of("recordings/bert_base_infer_shapes.sqlite.gz", dir.path());
+    let before = digest(&run);
+    for (body, expect) in [
+        (
+            "echo 'fuseprof bench: no CUDA GPU is visible to PyTorch' >&2; exit 3",
+            "no CUDA GPU",
+        ),
+        (
+            "echo 'fuseprof bench: this python3 cannot import torch' >&2; exit 2",
+            "cannot import torch",
+        ),
+    ] {
+        let py = fake_python(dir.path(), body);
+        let e = bench::bench(&run, &cfg(dir.path(), py, Selection::All)).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains(expect) && !msg.contains('\n'), "{msg}");
+        assert_eq!(digest(&run), before);
+    }
+    let e = bench::bench(
+        &run,
+        &cfg(
+            dir.path(),
+            dir.path().join("no-such-python"),
+            Selection::All,
+        ),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("python3 with PyTorch"), "{e}");
+    assert_eq!(digest(&run), before);
+}
+
+#[test]
+fn bench_results_go_into_the_store_and_show_in_advise() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = copy_of("recordings/bert_base_infer_shapes.sqlite.gz", dir.path());
+    assert_eq!(Store::open(&run).unwrap().schema_version, 1);
+    // The stand-in driver (the real python3 runs it: $1 is the driver, $2 the job, $3 the
+    // results) answers every proposal of the job: one passes, one fails numerics.
+    let py = fake_python(
+        dir.path(),
+        r#"python3 - "$2" "$3" <<'EOF' || exit 1
+import json, sys
+job = json.load(open(sys.argv[1]))
+res = []
+for i, p in enumerate(job["proposals"]):
+    res.append({"id": p["id"], "status": "passed" if i == 0 else "failed", "ours_us": 20.0,
+                "eager_us": 30.0, "compiled_us": 25.0, "rel_error": 2e-4 if i == 0 else 0.5,
+                "tolerance": 1e-2, "detail": {"rounds_us": {}}})
+json.dump({"device": "Stand-in GPU", "driver": "1.0", "torch": "0.0", "results": res},
+          open(sys.argv[2], "w"))
+EOF"#,
+    );
+    let out = dir.path().join("results.json");
+    let mut c = cfg(dir.path(), py, Selection::All);
+    c.output = Some(out.clone());
+    let report = bench::bench(&run, &c).unwrap();
+    assert_eq!(report.rows.len(), 2);
+    assert_eq!(report.device, "Stand-in GPU");
+    let text = bench::render_report(&report);
+    assert!(text.contains("PASSED") && text.contains("FAILED"), "{text}");
+    assert!(text.contains("1 of 2 passed the numerics gate"), "{text}");
+    assert!(out.is_file());
+
+    // The store was migrated to schema 2 and holds both results.
+    let mut store = Store::open(&run).unwrap();
+    assert_eq!(store.schema_version, 2);
+    let rows = store.bench_results().unwrap();
+    assert_eq!(rows.len(), 2);
+    assert!(rows
+        .iter()
+        .all(|r| r.device.as_deref() == Some("Stand-in GPU")));
+    drop(store);
+
+    let a = advise(&run).unwrap();
+    let measured: Vec<_> = a
+        .proposals
+        .iter()
+        .filter_map(|p| p.measured.as_ref())
+        .collect();
+    assert_eq!(measured.len(), 2);
+    let passed = &a
+        .proposals
+        .iter()
+        .find(|p| p.measured.as_ref().unwrap().status == "passed")
+        .unwrap();
+    let want = 10_000.0 * passed.instances_per_step;
+    assert_eq!(a.totals.measured_saving_ns_per_step, Some(want));
+    let text = fuseprof_fusion_advisor::render_text(&a, 5);
+    assert!(
+        text.contains("FAILED") && text.contains("measured by bench"),
+        "{text}"
+    );
+}
