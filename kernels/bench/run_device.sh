@@ -42,12 +42,12 @@ sanitize_attention() {  # DEFINES TAG: memcheck and racecheck of the small atten
 
 if [[ $STEP == all || $STEP == check ]]; then
   # Register / spill / stack report of every variant, and a second compiler's opinion on syntax.
-  for f in fmha window elementwise; do for bf in 0 1; do for hd in 32 64; do
-    [[ $f != fmha && $hd == 64 ]] && continue
-    { cat kernels/src/cu/common.cuh; echo "#line 1 \"$f.cu\""; cat kernels/src/cu/$f.cu; } > /tmp/k_$f.cu
+  for f in fmha_short fmha_long fmha_sm90 window elementwise; do for bf in 0 1; do for hd in 32 64; do
+    [[ $f != fmha_* && $hd == 64 ]] && continue
+    [[ $f == fmha_sm90 && $hd == 32 ]] && continue
     echo "== $f bf16=$bf head_dim=$hd"
-    arch=sm_90; [[ $f == fmha ]] && arch=sm_90a  # fmha_fwd_long_wg is built for sm_90a only
-    nvcc -arch=$arch -cubin -o /tmp/k_$f.cubin -Xptxas -v -DFP_BF16=$bf -DHEAD_DIM=$hd /tmp/k_$f.cu 2>&1 \
+    arch=sm_90; [[ $f == fmha_sm90 ]] && arch=sm_90a  # wgmma and TMA: sm_90a only
+    nvcc -arch=$arch -cubin -o /tmp/k_$f.cubin -Xptxas -v -DFP_BF16=$bf -DHEAD_DIM=$hd kernels/src/cu/$f.cu 2>&1 \
       | grep -E "error|warning|Compiling|registers|spill|stack" | sed 's/ptxas info    ://' | head -60
   done; done; done > "$OUT/nvcc.log" 2>&1
   grep -c error "$OUT/nvcc.log" | sed 's/^/nvcc error lines: /'

@@ -4,6 +4,21 @@ use crate::dtype::DType;
 use crate::error::{invalid, Result};
 use crate::runtime::{Args, DevPtr, Gpu, LaunchConfig, RawStream, Source};
 
+/// `elementwise.cu`, one build for any sm_80+ GPU.
+pub const SOURCE: Source = Source {
+    file_name: "elementwise.cu",
+    text: crate::sources::ELEMENTWISE,
+    variants: None,
+    arch_specific: None,
+    kernels: &[
+        "bias_residual_vec",
+        "bias_residual_scalar",
+        "bias_act_vec",
+        "bias_act_scalar",
+        "pad_copy_vec",
+    ],
+};
+
 /// Threads per block of the vector kernels (`EW_THREADS` in elementwise.cu).
 const THREADS: u32 = 128;
 /// Threads per block of the grid-stride kernels (scalar paths, padding copy).
@@ -122,7 +137,7 @@ pub unsafe fn launch_bias_residual(
     };
     // SAFETY: arguments match the kernels' signatures; the vector kernel guards i < n_vec and
     // the scalar one strides to n; extents are the caller's contract.
-    unsafe { gpu.launch(Source::Elementwise, dtype, 0, name, cfg, stream, args) }
+    unsafe { gpu.launch(&SOURCE, dtype, 0, name, cfg, stream, args) }
 }
 
 /// `out = act(x + bias)` over `[rows, cols]`; `bias` may be None; `out` may alias `x`.
@@ -157,7 +172,7 @@ pub unsafe fn launch_bias_act(
         .i32(c as i32)
         .i32(act as i32);
     // SAFETY: arguments match bias_act_{vec,scalar}; bounds are guarded in the kernels.
-    unsafe { gpu.launch(Source::Elementwise, dtype, 0, name, cfg, stream, args) }
+    unsafe { gpu.launch(&SOURCE, dtype, 0, name, cfg, stream, args) }
 }
 
 /// A zero-padding copy `[batch, rows, cols]` (row stride `ld_src`, batch stride
@@ -240,7 +255,7 @@ pub unsafe fn launch_pad_copy(
     // reads the source only inside (rows, cols).
     unsafe {
         gpu.launch(
-            Source::Elementwise,
+            &SOURCE,
             dtype,
             0,
             "pad_copy_vec",
@@ -370,7 +385,7 @@ mod tests {
 
     #[test]
     fn source_defaults_match_the_launcher() {
-        let src = crate::runtime::Source::Elementwise.text();
+        let src = SOURCE.text;
         assert!(src.contains(&format!("#define VPT {VECTORS_PER_THREAD}\n")));
         assert!(src.contains(&format!("#define EW_THREADS {THREADS}\n")));
     }

@@ -10,6 +10,26 @@ use crate::dtype::DType;
 use crate::error::{invalid, Result};
 use crate::runtime::{Args, DevPtr, Gpu, LaunchConfig, RawStream, Source};
 
+/// `window.cu`, one build for any sm_80+ GPU.
+pub const SOURCE: Source = Source {
+    file_name: "window.cu",
+    text: crate::sources::WINDOW,
+    variants: None,
+    arch_specific: None,
+    kernels: &[
+        "ln_shift_partition_1",
+        "ln_shift_partition_2",
+        "ln_shift_partition_3",
+        "ln_shift_partition_4",
+        "ln_shift_partition_scalar",
+        "window_reverse_residual_1",
+        "window_reverse_residual_2",
+        "window_reverse_residual_3",
+        "window_reverse_residual_4",
+        "window_reverse_residual_scalar",
+    ],
+};
+
 const THREADS: u32 = 256;
 /// Rows per lane group in the vector kernels (`RPT` in `window.cu`).
 pub const ROWS_PER_GROUP: u32 = 2;
@@ -231,7 +251,7 @@ pub unsafe fn launch_ln_shift_partition(
     // each kernel guards rows past the end; extents are the caller's contract.
     unsafe {
         gpu.launch(
-            Source::Window,
+            &SOURCE,
             dtype,
             0,
             kernel_name("ln", layout),
@@ -300,7 +320,7 @@ pub unsafe fn launch_window_reverse_residual(
     // and kernels guard the tail; extents are the caller's contract.
     unsafe {
         gpu.launch(
-            Source::Window,
+            &SOURCE,
             dtype,
             0,
             kernel_name("rev", layout),
@@ -456,11 +476,11 @@ mod tests {
             .unwrap();
         assert_eq!(cfg.grid.0 as usize * 128, 64 * 3136);
         // the kernels' rows per lane group is the launcher's
-        assert!(crate::runtime::Source::Window
-            .text()
+        assert!(SOURCE
+            .text
             .contains(&format!("#define RPT {ROWS_PER_GROUP}\n")));
-        assert!(crate::runtime::Source::Window
-            .text()
+        assert!(SOURCE
+            .text
             .contains(&format!("#define WO_THREADS {THREADS}\n")));
         let odd = RowLayout::Scalar.launch_config(9).unwrap();
         assert_eq!(odd.grid.0, 2);

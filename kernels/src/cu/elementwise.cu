@@ -7,6 +7,7 @@
 //   Used after a cuBLASLt GEMM to give an exact-GELU epilogue.
 // pad_copy_vec: dst[b, r, c] = src[b, r, c] inside the source extent, 0 outside: pads GEMM
 //   operands to multiples of 8 (dst cols % 8 == 0).
+#include "common.cuh"
 
 // Tuning constants (FUSEPROF_KERNELS_DEFINES overrides them; the Rust launcher reads the same
 // values): vectors per thread, threads per block, and EW_STREAM = 1 for streaming cache hints

@@ -11,6 +11,7 @@
 // CPL 16-byte chunks of each of its rows in registers, so a row is read once and LayerNorm statistics (fp32, two-pass on the
 // registers) need no second read. The `_scalar` versions take any C (one warp per row, elements
 // re-read from global memory) and exist for shapes whose C is not a multiple of 8.
+#include "common.cuh"
 
 __device__ __forceinline__ float group_sum(float v, int lpr) {
     for (int off = lpr >> 1; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
