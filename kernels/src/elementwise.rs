@@ -26,14 +26,6 @@ const STRIDE_THREADS: u32 = 256;
 /// 16-byte vectors per thread in the vector kernels (`VPT` in elementwise.cu).
 pub const VECTORS_PER_THREAD: u64 = 4;
 
-/// (threads per block, vectors per thread) of the vector kernels: the source's defaults
-/// unless `FUSEPROF_KERNELS_DEFINES` sets `EW_THREADS` / `VPT`.
-fn vector_geometry() -> (u32, u64) {
-    (
-        crate::runtime::tuning_value("EW_THREADS", THREADS),
-        crate::runtime::tuning_value("VPT", VECTORS_PER_THREAD as u32).max(1) as u64,
-    )
-}
 /// Grid cap of the grid-stride kernels.
 const MAX_STRIDE_BLOCKS: u64 = 65_536;
 
@@ -84,8 +76,7 @@ impl ElementwisePath {
     pub fn launch_config(self) -> Result<LaunchConfig> {
         match self {
             Self::Vector { n_vec, .. } => {
-                let (threads, vpt) = vector_geometry();
-                LaunchConfig::linear(n_vec.div_ceil(threads as u64 * vpt), threads)
+                LaunchConfig::linear(n_vec.div_ceil(THREADS as u64 * VECTORS_PER_THREAD), THREADS)
             }
             Self::Scalar { n, .. } => LaunchConfig::linear(
                 n.div_ceil(STRIDE_THREADS as u64).min(MAX_STRIDE_BLOCKS),

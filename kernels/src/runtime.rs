@@ -140,10 +140,11 @@ fn expand_includes(
     Ok(())
 }
 
-/// Environment variable that overrides the kernels' tuning constants, for sweeps on a GPU:
-/// `FUSEPROF_KERNELS_DEFINES="VPT=4 EW_THREADS=128"`. Each `NAME=VALUE` (a non-negative integer)
-/// is passed to NVRTC as `-DNAME=VALUE`, and the launchers read the same values through
-/// [`tuning_value`], so a kernel and its grid always agree.
+/// Environment variable of switches for the kernels: `FUSEPROF_KERNELS_DEFINES="FMHA_SM90=0"`.
+/// Each `NAME=VALUE` (a non-negative integer) is passed to NVRTC as `-DNAME=VALUE`, and the
+/// launchers read the same values through [`tuning_value`], so a kernel and its launch always
+/// agree. The one switch shipped is `FMHA_SM90` (kernels/README.md); a kernel
+/// engineer adds an `#ifndef NAME` constant to try a variant on a GPU without a rebuild.
 pub const TUNING_ENV: &str = "FUSEPROF_KERNELS_DEFINES";
 
 /// The `NAME=VALUE` pairs of [`TUNING_ENV`]; malformed entries are ignored with a warning.

@@ -30,17 +30,10 @@ pub const SOURCE: Source = Source {
     ],
 };
 
+/// Threads per block (`WO_THREADS` in `window.cu`; the scalar kernels too).
 const THREADS: u32 = 256;
 /// Rows per lane group in the vector kernels (`RPT` in `window.cu`).
 pub const ROWS_PER_GROUP: u32 = 2;
-/// (threads per block, rows per lane group) of the vector kernels: the source's defaults unless
-/// `FUSEPROF_KERNELS_DEFINES` sets `WO_THREADS` / `RPT`.
-fn vector_geometry() -> (u32, u32) {
-    (
-        crate::runtime::tuning_value("WO_THREADS", THREADS),
-        crate::runtime::tuning_value("RPT", ROWS_PER_GROUP).max(1),
-    )
-}
 /// Largest number of 16-byte chunks one lane keeps in registers.
 pub const MAX_CHUNKS_PER_LANE: usize = 4;
 
@@ -140,22 +133,15 @@ impl RowLayout {
     /// (their loads all in flight before the first reduction); the scalar layout one row per warp.
     pub fn rows_per_block(self) -> u32 {
         match self {
-            RowLayout::Vector { .. } => {
-                let (threads, rpt) = vector_geometry();
-                threads / self.lanes_per_row() * rpt
-            }
+            RowLayout::Vector { .. } => THREADS / self.lanes_per_row() * ROWS_PER_GROUP,
             RowLayout::Scalar => THREADS / 32,
         }
     }
 
     pub fn launch_config(self, rows: usize) -> Result<LaunchConfig> {
-        let threads = match self {
-            RowLayout::Vector { .. } => vector_geometry().0,
-            RowLayout::Scalar => THREADS,
-        };
         LaunchConfig::linear(
             (rows as u64).div_ceil(self.rows_per_block() as u64),
-            threads,
+            THREADS,
         )
     }
 }
