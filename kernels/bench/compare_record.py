@@ -8,7 +8,7 @@ and whether the new time is within the noise band of the record; the baselines (
 torch.compile, SDPA) and the kernel that ran are shown beside it, not judged.
 
 The noise band is the larger of BAND_PCT (default 6%) of the record and BAND_US (default 1 us).
-Why: runs 12 and 13 (kernels/bench/results/README.md) ran the same kernels on the same H100
+Why: runs 12 and 13 (run 12 in git at commit e2b39b2) ran the same kernels on the same H100
 one call apart; on the rows both timed the same way, ours moved by up to 5.4% (LayerNorm +
 partition, stage 3: 12.4 vs 13.0 us) and 4.2% (bias + residual [8192, 768]: 19.6 vs 18.8 us),
 i.e. by up to 0.8 us; the attention rows of six calls of round 11 spread over 3% (BERT-128
