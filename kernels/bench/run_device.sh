@@ -94,7 +94,7 @@ fi
 if [[ $STEP == all || $STEP == bench ]]; then
   timeout "$(limit 300)" python3 kernels/bench/gpu_check.py --mode bench > "$OUT/bench.log" 2>&1
   echo "bench rc=$?"
-  grep -E "^\|" "$OUT/bench.log" | head -40
+  grep -E "^ceilings|Error|error" "$OUT/bench.log" | head -5
   took bench
 fi
 if [[ $STEP == all ]]; then

@@ -160,6 +160,7 @@ impl AttentionParams {
         {
             return Err(invalid("attention shape too large"));
         }
+        // one CTA per item is the largest grid of any of the kernels
         LaunchConfig::linear(
             self.batch as u64 * self.heads as u64 * self.n_qblocks() as u64,
             1,
@@ -274,7 +275,7 @@ pub unsafe fn launch_attention(
     if (p.mask != AttentionMask::None) != bufs.mask.is_some() {
         return Err(invalid("mask kind and the mask buffer disagree"));
     }
-    // SAFETY (each arm): the call is validated above, pointer extents are the caller's
+    // SAFETY: in each arm the call is validated above, pointer extents are the caller's
     // contract, and `kernel` chose the launcher whose kernel takes this shape.
     match p.kernel(gpu.current_arch()?) {
         AttentionKernel::Window => unsafe { short::launch_window(gpu, p, bufs, stream) },

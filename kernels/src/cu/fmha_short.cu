@@ -1,5 +1,10 @@
 // fmha_short.cu: attention over sequences of at most 64 tokens (Swin's 7x7 windows, N = 49),
-// one 64-key block, so a plain (not online) softmax.
+// one 64-key block, so a plain (not online) softmax. Layouts and the function: fmha.cuh.
+//
+// Launch shapes: fmha_fwd_window 128 threads x the resident CTAs (at most batch x heads), dynamic
+// shared memory of two stages (q, k, v of 64 padded rows and the additive tile each);
+// fmha_fwd_short 128 threads x (batch x heads), static shared memory; fmha_add_combine 256
+// threads, grid-stride.
 //
 // fmha_fwd_window: the fast path, for a precombined additive tensor or none. Persistent CTAs
 //   of 4 warps (the grid is the resident CTAs) stride over the (batch, head) items; each item's
