@@ -38,11 +38,11 @@ sanitize_start() {  # memcheck and racecheck side by side, in the background
   local only=attention mem_mode=race dtypes=float16
   [[ -n ${SANITIZE_ALL:-} ]] && { only=; mem_mode=small; dtypes=; }
   SAN_DESC="CHECK_ONLY=${only:-all} CHECK_DTYPES=${dtypes:-all}"
-  CHECK_ONLY=$only CHECK_DTYPES=$dtypes timeout "$(limit 200)" compute-sanitizer --tool memcheck \
+  CHECK_ONLY=$only CHECK_DTYPES=$dtypes timeout "$(limit 150)" compute-sanitizer --tool memcheck \
     --print-limit 20 python3 kernels/bench/gpu_check.py --mode $mem_mode --json check_memcheck.json \
     > /tmp/memcheck.log 2>&1 &
   mem_pid=$!
-  CHECK_ONLY=$only CHECK_DTYPES=$dtypes timeout "$(limit 200)" compute-sanitizer --tool racecheck \
+  CHECK_ONLY=$only CHECK_DTYPES=$dtypes timeout "$(limit 150)" compute-sanitizer --tool racecheck \
     --print-limit 20 python3 kernels/bench/gpu_check.py --mode race --json check_racecheck.json \
     > /tmp/racecheck.log 2>&1 &
   race_pid=$!
