@@ -2,12 +2,16 @@
 
     python3 kernels/bench/gpu_check.py --mode check     # correctness, every shape family, fp16 + bf16
     python3 kernels/bench/gpu_check.py --mode small     # small shapes only (for compute-sanitizer)
+    python3 kernels/bench/gpu_check.py --mode race      # small shapes without the cuBLASLt GEMMs
     python3 kernels/bench/gpu_check.py --mode bench     # ours vs eager / torch.compile / SDPA, same run
     python3 kernels/bench/gpu_check.py --mode attn      # ViT / BERT attention: ours and SDPA, interleaved
 
 Correctness: fresh random inputs per check, outputs poisoned with NaN before each run, compared
-with a float64 reference (relative Frobenius error < 1e-2, NaN never). Benchmarks: median of
-triton.testing.do_bench. Results go to $OUT (check.json, bench.json, bench.md).
+with a float64 reference (relative Frobenius error < 1e-2, NaN never); in --mode check each
+attention check's note names the kernel that ran. CHECK_ONLY=attention: the attention checks
+only; CHECK_DTYPES=float16: one dtype. Benchmarks: median of triton.testing.do_bench. Results
+go to $OUT (check.json, bench.json, bench.md); run_device.sh runs the modes and
+compare_record.py compares a run with the record.
 """
 import argparse
 import datetime
@@ -160,10 +164,16 @@ def check_attention(dtype, small):
             elif mk == "kpm":
                 kpm = key_padding_mask(B, N, dtype)
             out = poisoned(B * N, H * d, dtype=dtype)
-            fk.attention(qkv, H, N, bias=bias, window_mask=wmask, key_padding_mask=kpm, out=out)
+
+            def call():
+                fk.attention(qkv, H, N, bias=bias, window_mask=wmask, key_padding_mask=kpm, out=out)
+            call()
+            # which kernel the launcher chose, from a second call (not under compute-sanitizer,
+            # whose shapes are the small ones: the profiler's CUPTI would clash with it)
+            ran = launched_kernels(call) if not small else ""
             torch.cuda.synchronize()
             ref = attn_ref(qkv, H, N, bias, wmask, kpm)
-            record(name, dtype, out, ref)
+            record(name, dtype, out, ref, f"kernel={ran}" if ran else "")
             if N <= 64 and (has_bias or wmask is not None):
                 # the persistent window kernel on the precombined additive tensor
                 add = fk.attention_add(H, N, bias=bias, window_mask=wmask,
@@ -329,9 +339,11 @@ def check_gemm(dtype, small):
         guarded("gemm " + n, f)
 
 
-def run_checks(small, gemm=True):
-    only_attention = os.environ.get("CHECK_ONLY") == "attention"  # for tuning sweeps
-    for dtype in (torch.float16, torch.bfloat16):
+def run_checks(small, gemm=True, json_name=None):
+    only_attention = os.environ.get("CHECK_ONLY") == "attention"
+    dtypes = [getattr(torch, n) for n in os.environ.get("CHECK_DTYPES", "").split(",") if n] or \
+        [torch.float16, torch.bfloat16]
+    for dtype in dtypes:
         check_attention(dtype, small)
         if only_attention:
             continue
@@ -341,7 +353,8 @@ def run_checks(small, gemm=True):
             check_gemm(dtype, small)
     n_ok = sum(c["ok"] for c in CHECKS)
     print(f"CHECKS: {n_ok}/{len(CHECKS)} passed", flush=True)
-    json.dump(CHECKS, open(os.path.join(OUT, "check.json" if not small else "check_small.json"), "w"), indent=1)
+    json_name = json_name or ("check.json" if not small else "check_small.json")
+    json.dump(CHECKS, open(os.path.join(OUT, json_name), "w"), indent=1)
     return n_ok == len(CHECKS)
 
 
@@ -452,52 +465,11 @@ def same_size_copy_us(traffic_bytes):
     return bench_ms(lambda: dst.copy_(src)) * 1e3
 
 
-def sweep():
-    """The memory-bound kernels only, for FUSEPROF_KERNELS_DEFINES sweeps: one JSON line."""
-    h = torch.float16
-    big = torch.empty(2 ** 30, dtype=torch.uint8, device=DEV)
-    big2 = torch.empty_like(big)
-    copy_gbps = 2 * 2 ** 30 / bench_ms(lambda: big2.copy_(big)) / 1e6
-    del big, big2
-    res = dict(defines=os.environ.get("FUSEPROF_KERNELS_DEFINES", ""), copy_GBps=round(copy_gbps))
-
-    def put(name, ms, traffic):
-        res[name + "_us"] = round(ms * 1e3, 2)
-        res[name + "_pct_copy"] = round(100 * traffic / ms / 1e6 / copy_gbps, 1)
-    x = torch.randn(64 * 3136, 96, device=DEV, dtype=h)
-    r = torch.randn_like(x)
-    bb = torch.randn(96, device=DEV, dtype=h)
-    put("bias_residual", bench_ms(lambda: fk.bias_residual(x, bb, r)), 3 * x.numel() * 2)
-    res["copy_same_116MB_us"] = round(same_size_copy_us(3 * x.numel() * 2), 2)
-    xi = torch.randn(64, 56, 56, 96, device=DEV, dtype=h)
-    w = torch.randn(96, device=DEV, dtype=h)
-    b = torch.randn(96, device=DEV, dtype=h)
-    put("ln_partition_s1", bench_ms(lambda: fk.ln_shift_partition(xi, w, b, 7, 3)), 2 * xi.numel() * 2)
-    res["copy_same_77MB_us"] = round(same_size_copy_us(2 * xi.numel() * 2), 2)
-    xw = torch.randn(64 * 64, 49, 96, device=DEV, dtype=h)
-    put("reverse_s1", bench_ms(lambda: fk.window_reverse_residual(xw, xi, 7, 3)), 3 * xi.numel() * 2)
-    xs2 = torch.randn(64, 28, 28, 192, device=DEV, dtype=h)
-    w2 = torch.randn(192, device=DEV, dtype=h)
-    put("ln_partition_s2", bench_ms(lambda: fk.ln_shift_partition(xs2, w2, w2, 7, 3)), 2 * xs2.numel() * 2)
-    nw, H, C, N = 4096, 3, 96, 49
-    qkv = torch.randn(nw * N, 3 * C, device=DEV, dtype=h)
-    bias = (torch.randn(H, N, N, device=DEV) * 0.5).to(h)
-    mask = torch.zeros(64, N, N, device=DEV).to(h)
-    add = fk.attention_add(H, N, bias=bias, window_mask=mask)
-    put("window_fmha_s1", bench_ms(lambda: fk.attention(qkv, H, N, add=add)), 4 * nw * N * C * 2)
-    for name, B, N, use_kpm in (("vit", 64, 197, False), ("bert_kpm", 64, 128, True), ("bert", 64, 128, False),
-                                ("bert384_kpm", 64, 384, True)):
-        qkv = torch.randn(B * N, 3 * 768, device=DEV, dtype=h)
-        kpm = key_padding_mask(B, N, h) if use_kpm else None
-        res[name + "_fmha_us"] = round(bench_ms(lambda: fk.attention(qkv, 12, N, key_padding_mask=kpm)) * 1e3, 2)
-    print("SWEEP " + json.dumps(res), flush=True)
-
-
 def attn_rounds():
     """ViT and BERT-128 attention, ours and SDPA's default call (output back in our layout, as
     the benchmark's verdict takes it) timed alternately, $ATTN_ROUNDS (default 5) times each, in
-    one process: the comparison a tuning sweep needs, with the baseline measured beside each set
-    of FUSEPROF_KERNELS_DEFINES rather than in another run. One JSON line (ATTN), medians in us."""
+    one process: a comparison with the baseline measured beside it rather than in another run.
+    One JSON line (ATTN), medians in us."""
     rounds = int(os.environ.get("ATTN_ROUNDS", "5"))
     h = torch.float16
     res = dict(defines=os.environ.get("FUSEPROF_KERNELS_DEFINES", ""))
@@ -762,16 +734,15 @@ def write_md(info, ceil):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mode", choices=["check", "small", "race", "bench", "sweep", "attn"], default="check",
+    ap.add_argument("--mode", choices=["check", "small", "race", "bench", "attn"], default="check",
                     help="race = small shapes without the cuBLASLt GEMMs (racecheck cannot run cuBLASLt's "
                          "Hopper kernels: 'failed to handle a hardware exception')")
+    ap.add_argument("--json", help="file name in $OUT for the checks' results (default check.json, "
+                                   "check_small.json for small shapes)")
     args = ap.parse_args()
     torch.manual_seed(int.from_bytes(os.urandom(4), "little"))  # fresh inputs every run
     fk.init()
-    if args.mode == "sweep":  # compiles only what it runs
-        sweep()
-        return
-    if args.mode == "attn":  # the same
+    if args.mode == "attn":  # compiles only what it runs
         attn_rounds()
         return
     try:
@@ -780,7 +751,7 @@ def main():
     except fk.FuseprofKernelError as ex:
         print("PRECOMPILE FAILED:\n", ex, flush=True)
     if args.mode in ("check", "small", "race"):
-        ok = run_checks(args.mode != "check", gemm=args.mode != "race")
+        ok = run_checks(args.mode != "check", gemm=args.mode != "race", json_name=args.json)
         sys.exit(0 if ok else 1)
     info = device_info()
     ceil = bench_all()

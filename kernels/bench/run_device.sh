@@ -1,195 +1,113 @@
 #!/bin/bash
-# One device call: resource report (nvcc), correctness, benchmarks, compute-sanitizer.
-# Run from the repository root with the release cdylib at .dev-kernels/libfuseprof_kernels.so:
-#   bash kernels/bench/run_device.sh [check|bench|sanitize|all|sweep|longsweep|wgcheck|tmacheck|sets|attn|profile]
+# The kernels' device check and benchmark, from the repository root, with the release cdylib at
+# .dev-kernels/libfuseprof_kernels.so (kernels/README.md says how to build it):
+#   OUT=/tmp/fk-out bash kernels/bench/run_device.sh [all|check|bench|sanitize|attn|profile]
+#
+# all:      check with sanitize beside it (correctness only, several processes on the GPU at
+#           once), then bench alone, then the comparison with the run of record (compare.txt),
+#           within BUDGET_S seconds (default 450): each step's time limit is cut to what is left.
+#           At most 8 files in $OUT.
+# check:    nvcc's register / spill report of every kernel file (nvcc.log), every correctness
+#           check in fp16 and bf16 (check.log, check.json), and beside it the attention checks
+#           with FMHA_SM90=0, the portable kernels on this GPU (appended to check.log).
+# bench:    ours vs eager / torch.compile / SDPA in one process (bench.log, bench.json, bench.md).
+# sanitize: compute-sanitizer memcheck and racecheck of the attention checks on small shapes in
+#           fp16 (sanitize.log; the bf16 builds differ only in conversions); SANITIZE_ALL=1:
+#           memcheck of every small check, racecheck of every one but the GEMMs (racecheck
+#           cannot run cuBLASLt's Hopper kernels), both dtypes.
+# attn:     ViT / BERT attention, ours and SDPA's default call interleaved, ATTN_ROUNDS rounds.
+# profile:  Nsight Compute on the attention kernels (PROFILE="window vit bert bertnm bertnm_sdpa").
 set -u
 STEP=${1:-all}
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib:${LD_LIBRARY_PATH:-}
 export FUSEPROF_KERNELS_LIB=${FUSEPROF_KERNELS_LIB:-$PWD/.dev-kernels/libfuseprof_kernels.so}
+export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/fk-out}
+BUDGET_S=${BUDGET_S:-450}
+RECORD=kernels/bench/results/run13-h100
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv
 
-# Shared by the attention steps below.
-fmha_src() {  # fmha.cu as NVRTC sees it, for nvcc's resource reports
-  { cat kernels/src/cu/common.cuh; echo "#line 1 \"fmha.cu\""; cat kernels/src/cu/fmha.cu; } > /tmp/k_fmha.cu
+limit() {  # CAP: seconds a step may take, cut to what is left of BUDGET_S (at least 10)
+  local left=$((BUDGET_S - SECONDS))
+  ((left < $1)) && echo $((left > 10 ? left : 10)) || echo "$1"
 }
-nvcc_report() {  # KERNEL_REGEX -DDEFINE...: registers, spills and ptxas warnings of the kernels matched
-  local kernel=$1; shift
-  nvcc -arch=sm_90a -cubin -o /tmp/k.cubin -Xptxas -v -DHEAD_DIM=64 "$@" /tmp/k_fmha.cu 2>&1 \
-    | grep -E -A3 "error|warn|entry function .$kernel" | grep -E "error|warn|Compiling|registers|spill" | head -10
+took() { echo "[$1 done at ${SECONDS}s of ${BUDGET_S}s]"; }
+
+sanitize_start() {  # memcheck and racecheck side by side, in the background
+  local only=attention mem_mode=race dtypes=float16
+  [[ -n ${SANITIZE_ALL:-} ]] && { only=; mem_mode=small; dtypes=; }
+  SAN_DESC="CHECK_ONLY=${only:-all} CHECK_DTYPES=${dtypes:-all}"
+  CHECK_ONLY=$only CHECK_DTYPES=$dtypes timeout "$(limit 150)" compute-sanitizer --tool memcheck \
+    --print-limit 20 python3 kernels/bench/gpu_check.py --mode $mem_mode --json check_memcheck.json \
+    > /tmp/memcheck.log 2>&1 &
+  mem_pid=$!
+  CHECK_ONLY=$only CHECK_DTYPES=$dtypes timeout "$(limit 150)" compute-sanitizer --tool racecheck \
+    --print-limit 20 python3 kernels/bench/gpu_check.py --mode race --json check_racecheck.json \
+    > /tmp/racecheck.log 2>&1 &
+  race_pid=$!
 }
-all_passed() { grep -q "CHECKS: \([0-9]*\)/\1 passed" "$1"; }
-sweep() {  # DEFINES...: the sweep's times, each set of FUSEPROF_KERNELS_DEFINES in its own process
-  for defs in "$@"; do
-    FUSEPROF_KERNELS_DEFINES="$defs" timeout 90 python3 kernels/bench/gpu_check.py --mode sweep 2>&1 \
-      | grep -E "SWEEP|rror" | tail -2
-  done
-}
-attn_sets() {  # DEFINES...: ours and SDPA's default call interleaved (gpu_check.py --mode attn), each set in its own process
-  for defs in "$@"; do
-    FUSEPROF_KERNELS_DEFINES="$defs" timeout 150 python3 kernels/bench/gpu_check.py --mode attn 2>&1 \
-      | grep -E "ATTN|rror" | tail -2
-  done
-}
-sanitize_attention() {  # DEFINES TAG: memcheck and racecheck of the small attention checks
-  for tool in memcheck racecheck; do
-    FUSEPROF_KERNELS_DEFINES="$1" CHECK_ONLY=attention timeout 150 compute-sanitizer --tool $tool \
-      --print-limit 10 python3 kernels/bench/gpu_check.py --mode race > "$OUT/$2_$tool.log" 2>&1
-    echo "$tool rc=$?"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|CHECKS" "$OUT/$2_$tool.log"
-  done
+sanitize_finish() {
+  wait $mem_pid; echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|CHECKS" /tmp/memcheck.log
+  wait $race_pid; echo "racecheck rc=$?"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|CHECKS" /tmp/racecheck.log
+  { echo "==== memcheck ($SAN_DESC)"; cat /tmp/memcheck.log
+    echo; echo "==== racecheck ($SAN_DESC, no GEMMs)"; cat /tmp/racecheck.log; } > "$OUT/sanitize.log"
+  rm -f "$OUT/check_memcheck.json" "$OUT/check_racecheck.json"
+  took sanitize
 }
 
+if [[ $STEP == all || $STEP == sanitize ]]; then
+  sanitize_start
+  [[ $STEP == sanitize ]] && sanitize_finish
+fi
 if [[ $STEP == all || $STEP == check ]]; then
-  # Register / spill / stack report of every variant, and a second compiler's opinion on syntax.
-  for f in fmha window elementwise; do for bf in 0 1; do for hd in 32 64; do
-    [[ $f != fmha && $hd == 64 ]] && continue
-    { cat kernels/src/cu/common.cuh; echo "#line 1 \"$f.cu\""; cat kernels/src/cu/$f.cu; } > /tmp/k_$f.cu
-    echo "== $f bf16=$bf head_dim=$hd"
-    arch=sm_90; [[ $f == fmha ]] && arch=sm_90a  # fmha_fwd_long_wg is built for sm_90a only
-    nvcc -arch=$arch -cubin -o /tmp/k_$f.cubin -Xptxas -v -DFP_BF16=$bf -DHEAD_DIM=$hd /tmp/k_$f.cu 2>&1 \
-      | grep -E "error|warning|Compiling|registers|spill|stack" | sed 's/ptxas info    ://' | head -60
-  done; done; done > "$OUT/nvcc.log" 2>&1
-  grep -c error "$OUT/nvcc.log" | sed 's/^/nvcc error lines: /'
-  timeout 150 python3 kernels/bench/gpu_check.py --mode check > "$OUT/check.log" 2>&1
+  # nvcc's report, each build in its own process (a second compiler's opinion on the sources)
+  (for f in fmha_short fmha_long fmha_sm90 window elementwise; do for bf in 0 1; do for hd in 32 64; do
+    [[ $f != fmha_* && $hd == 64 ]] && continue
+    [[ $f == fmha_sm90 && $hd == 32 ]] && continue
+    arch=sm_90; [[ $f == fmha_sm90 ]] && arch=sm_90a  # wgmma and TMA: sm_90a only
+    { echo "== $f bf16=$bf head_dim=$hd"
+      nvcc -arch=$arch -cubin -o /tmp/k_${f}_${bf}_$hd.cubin -Xptxas -v -DFP_BF16=$bf -DHEAD_DIM=$hd \
+        kernels/src/cu/$f.cu 2>&1 | grep -E "error|warning|Compiling|registers|spill|stack" \
+        | sed 's/ptxas info    ://' | head -60; } > /tmp/nvcc_${f}_${bf}_$hd.log &
+  done; done; done; wait; cat /tmp/nvcc_*.log > "$OUT/nvcc.log" 2>&1) &
+  nvcc_pid=$!
+  # the portable kernels on this GPU, beside the main checks (correctness only, no timing)
+  (FUSEPROF_KERNELS_DEFINES="FMHA_SM90=0" CHECK_ONLY=attention timeout "$(limit 200)" \
+    python3 kernels/bench/gpu_check.py --mode check --json check_portable.json > /tmp/check_portable.log 2>&1) &
+  portable_pid=$!
+  timeout "$(limit 200)" python3 kernels/bench/gpu_check.py --mode check > "$OUT/check.log" 2>&1
   echo "check rc=$?"
   grep -E "^FAIL|CHECKS|PRECOMPILE|Error|error" "$OUT/check.log" | head -40
+  wait $portable_pid
+  echo "check FMHA_SM90=0 rc=$?"
+  { echo; echo "==== FUSEPROF_KERNELS_DEFINES=FMHA_SM90=0 CHECK_ONLY=attention (the portable kernels)"
+    cat /tmp/check_portable.log; } >> "$OUT/check.log"
+  grep -E "^FAIL|CHECKS|PRECOMPILE|Error|error" /tmp/check_portable.log | head -20
+  rm -f "$OUT/check_portable.json"
+  wait $nvcc_pid
+  grep -c error "$OUT/nvcc.log" | sed 's/^/nvcc error lines: /'
+  grep -E "spill" "$OUT/nvcc.log" | grep -v " 0 bytes spill stores, 0 bytes spill loads" | sort | uniq -c | head
+  took check
 fi
+[[ $STEP == all ]] && sanitize_finish  # before the bench: nothing else on the GPU while it times
 if [[ $STEP == all || $STEP == bench ]]; then
-  timeout 280 python3 kernels/bench/gpu_check.py --mode bench > "$OUT/bench.log" 2>&1
+  timeout "$(limit 300)" python3 kernels/bench/gpu_check.py --mode bench > "$OUT/bench.log" 2>&1
   echo "bench rc=$?"
-  grep -vE "^\s*$" "$OUT/bench.log" | grep -E "^(window|fMHA|LN|reverse|padded|aligned|GEMM|bias|ceil|\|)" | head -80
+  grep -E "^ceilings|Error|error" "$OUT/bench.log" | head -5
+  took bench
 fi
-if [[ $STEP == sweep ]]; then
-  # Tuning constants (FUSEPROF_KERNELS_DEFINES): each set in its own process; the sets vary
-  # independent constants of different kernels together (VPT/EW_*: bias+residual, RPT/WO_THREADS:
-  # window ops, WIN_MIN_BLOCKS: window fMHA), so one process answers for three kernels.
-  for f in fmha; do for mb in 1 4 5; do
-    { cat kernels/src/cu/common.cuh; echo "#line 1 \"$f.cu\""; cat kernels/src/cu/$f.cu; } > /tmp/k_$f.cu
-    echo "== WIN_MIN_BLOCKS=$mb"; nvcc -arch=sm_90 -cubin -o /tmp/k.cubin -Xptxas -v -DFP_BF16=0 -DHEAD_DIM=32 \
-      -DWIN_MIN_BLOCKS=$mb /tmp/k_$f.cu 2>&1 | grep -A3 "entry function .fmha_fwd_window" | grep -E "registers|spill" | head -3
-  done; done
-  while read -r defs; do
-    FUSEPROF_KERNELS_DEFINES="$defs" timeout 90 python3 kernels/bench/gpu_check.py --mode sweep 2>&1 | grep -E "SWEEP|Error|error" | tail -2
-  done <<'SETS'
-
-VPT=1 RPT=1 WIN_MIN_BLOCKS=5
-VPT=4 RPT=4 WIN_MIN_BLOCKS=4
-VPT=4 EW_THREADS=128 RPT=1 WO_THREADS=128
-EW_STREAM=1 WO_THREADS=512
-VPT=4 EW_STREAM=1 RPT=1 WO_THREADS=512
-EW_THREADS=512 RPT=4 WO_THREADS=128
-VPT=1 EW_STREAM=1 RPT=2 WO_THREADS=64
-
-SETS
-fi
-if [[ $STEP == longsweep ]]; then
-  # fmha_fwd_long's tuning constants (FUSEPROF_KERNELS_DEFINES): registers and spills from nvcc,
-  # the attention checks (fresh inputs, both dtypes) and the ViT / BERT times, each set in its
-  # own process. The empty set is the default (on sm_90, fmha_fwd_long_tma for head_dim-64
-  # sequences over 64); LONG_TMA=0: fmha_fwd_long_wg over 128 (kernels/NOTES.md rounds 5-7);
-  # with LONG_WGMMA=0 as well: fmha_fwd_long. Earlier sets (LONG_SUB, LONG_MIN_BLOCKS,
-  # LONG_RING) are in bench/results/longsweep-h100-2026-11-23.
-  fmha_src
-  while read -r defs; do
-    echo "== [$defs]"
-    nvcc_report fmha_fwd_long -DFP_BF16=0 $(for d in $defs; do echo -D$d; done)
-    FUSEPROF_KERNELS_DEFINES="$defs" CHECK_ONLY=attention timeout 120 python3 kernels/bench/gpu_check.py --mode check 2>&1 \
-      | grep -E "^FAIL|CHECKS" | head -5
-    sweep "$defs"
-  done <<'SETS'
-
-LONG_TMA=0
-LONG_TMA=0 LONG_WGMMA=0
-LONG_TMA=0 WG_TAIL=0
-LONG_TMA=0 WG_RING=3
-LONG_TMA=0 WG_OVERLAP=1
-LONG_TMA=0 WG_MIN_BLOCKS=1
-LONG_TMA=0 WG_MIN_BLOCKS=3
-SETS
-fi
-if [[ $STEP == wgcheck ]]; then
-  # fmha_fwd_long_wg (LONG_TMA=0 in every set, since fmha_fwd_long_tma takes its calls by
-  # default): nvcc's report (registers, spills, ptxas warnings, e.g. a serialised wgmma
-  # chain) for the default loop and the overlapped one (WG_OVERLAP=1) with 3 / 4 stages; the
-  # attention checks of the overlapped loop with 3 and 4 stages (two processes at once); if both
-  # pass, the sweep's times of the variants, the default and fmha_fwd_long (LONG_WGMMA=0) in
-  # the same call, memcheck and racecheck of its small attention checks, and Nsight Compute on
-  # the ViT call (default loop).
-  fmha_src
-  for d in "" "-DWG_OVERLAP=1 -DWG_RING=3" "-DWG_OVERLAP=1 -DWG_RING=4"; do
-    nvcc_report fmha_fwd_long_wg -DFP_BF16=0 $d
-  done
-  for r in 3 4; do
-    (FUSEPROF_KERNELS_DEFINES="LONG_TMA=0 WG_OVERLAP=1 WG_RING=$r" CHECK_ONLY=attention timeout 120 \
-      python3 kernels/bench/gpu_check.py --mode check > "$OUT/check_wg_ring$r.log" 2>&1) &
-  done
-  wait
-  for r in 3 4; do echo "== WG_RING=$r"; grep -E "^FAIL|CHECKS|rror" "$OUT/check_wg_ring$r.log" | head -8; done
-  if all_passed "$OUT/check_wg_ring3.log" && all_passed "$OUT/check_wg_ring4.log"; then
-    sweep "LONG_TMA=0" "LONG_TMA=0 WG_OVERLAP=1" "LONG_TMA=0 WG_OVERLAP=1 WG_RING=4" "LONG_TMA=0 LONG_WGMMA=0"
-    sanitize_attention "LONG_TMA=0 WG_OVERLAP=1" wg
-    FUSEPROF_KERNELS_DEFINES="LONG_TMA=0" PROFILE="vit" OUT=$OUT bash "$0" profile | grep -v "^name\|^NVIDIA"
-  fi
-fi
-if [[ $STEP == tmacheck ]]; then
-  # fmha_fwd_long_tma (kernels/NOTES.md rounds 8-9) under each ';'-separated set of
-  # FUSEPROF_KERNELS_DEFINES in CHECK_SETS (default "TMA_RING=3", the default build): nvcc's report (registers,
-  # spills, ptxas warnings), the attention checks of every set at once (a broken hand-off traps
-  # after ~16 M polls instead of hanging; the timeout is the second guard); if all pass, the
-  # sweep's times of SWEEP_SETS (default: the check sets and LONG_TMA=0), memcheck and
-  # racecheck of the first set's small attention checks, and with PROFILE=vit, Nsight Compute on
-  # the ViT call under the first set. NVCC_KERNEL: the kernel nvcc reports on (default
-  # fmha_fwd_long_tma); ATTN=1: the sweep is gpu_check.py --mode attn (ours and SDPA interleaved).
-  fmha_src
-  IFS=';' read -ra csets <<< "${CHECK_SETS:-TMA_RING=3}"
-  IFS=';' read -ra ssets <<< "${SWEEP_SETS:-${CHECK_SETS:-TMA_RING=3};LONG_TMA=0}"
-  for defs in "${csets[@]}"; do
-    for bf in 0 1; do
-      echo "== nvcc [$defs] bf16=$bf"
-      nvcc_report "${NVCC_KERNEL:-fmha_fwd_long_tma}" -DFP_BF16=$bf $(for d in $defs; do echo -D$d; done)
-    done
-  done
-  for i in "${!csets[@]}"; do
-    (FUSEPROF_KERNELS_DEFINES="${csets[$i]}" CHECK_ONLY=attention timeout 150 \
-      python3 kernels/bench/gpu_check.py --mode check > "$OUT/check_tma$i.log" 2>&1) &
-  done
-  wait
-  ok=1
-  for i in "${!csets[@]}"; do
-    echo "== checks [${csets[$i]}]"; grep -E "^FAIL|CHECKS|rror" "$OUT/check_tma$i.log" | head -12
-    all_passed "$OUT/check_tma$i.log" || ok=0
-  done
-  if [[ $ok == 1 ]]; then
-    if [[ -n ${ATTN:-} ]]; then  # ours and SDPA interleaved, attention shapes only
-      attn_sets "${ssets[@]}"
-    else
-      sweep "${ssets[@]}"
-    fi
-    sanitize_attention "${csets[0]}" tma
-    if [[ -n ${PROFILE:-} ]]; then
-      FUSEPROF_KERNELS_DEFINES="${csets[0]}" OUT=$OUT bash "$0" profile | grep -v "^name\|^NVIDIA"
-      for w in $PROFILE; do mv "$OUT/ncu_$w.summary.txt" "$OUT/ncu_${w}_tma.summary.txt"; done
-      mv "$OUT/ncu_full.tar.gz" "$OUT/ncu_full_tma.tar.gz"
-    fi
-  fi
-fi
-if [[ $STEP == sets ]]; then
-  # The sweep's times only, for each ';'-separated set of FUSEPROF_KERNELS_DEFINES in SETS.
-  IFS=';' read -ra sets <<< "${SETS:-}"
-  sweep "${sets[@]}"
+if [[ $STEP == all ]]; then
+  python3 kernels/bench/compare_record.py "$RECORD" "$OUT" | tee "$OUT/compare.txt"
 fi
 if [[ $STEP == attn ]]; then
-  # ViT / BERT attention, ours and SDPA's default call interleaved (gpu_check.py --mode attn), for
-  # each ';'-separated set of FUSEPROF_KERNELS_DEFINES in SETS (default: the default build).
-  IFS=';' read -ra sets <<< "${SETS:-}"
-  [[ ${#sets[@]} == 0 ]] && sets=("")
-  attn_sets "${sets[@]}"
+  # ours and SDPA's default call interleaved (gpu_check.py --mode attn), one JSON line
+  timeout "$(limit 300)" python3 kernels/bench/gpu_check.py --mode attn 2>&1 | grep -E "ATTN|rror" | tee "$OUT/attn.txt"
 fi
 if [[ $STEP == profile ]]; then
-  # Nsight Compute on the attention kernels (PROFILE="window vit bert"): a summary per kernel
-  # (ncu_summary.py: throughput, occupancy, warp stalls, instruction counts) in $OUT, and the
-  # full details pages and per-instruction SASS tables (sass_mix.py reads them) in ncu_full.tar.gz.
+  # Nsight Compute on the attention kernels: a summary per kernel (ncu_summary.py: throughput,
+  # occupancy, warp stalls, instruction counts) in $OUT, and the full details pages and
+  # per-instruction SASS tables (sass_mix.py reads them) in ncu_full.tar.gz.
   mkdir -p /tmp/ncu_full
   for w in ${PROFILE:-window vit bert}; do
     kn=regex:fmha_fwd; [[ $w == *sdpa ]] && kn="regex:sdpa|fmha|flash|attn|cudnn"
@@ -203,16 +121,9 @@ if [[ $STEP == profile ]]; then
   done
   tar czf "$OUT/ncu_full.tar.gz" -C /tmp ncu_full
 fi
-if [[ $STEP == all || $STEP == sanitize ]]; then
-  timeout 170 compute-sanitizer --tool memcheck --print-limit 20 python3 kernels/bench/gpu_check.py --mode small \
-    > "$OUT/memcheck.log" 2>&1
-  echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|CHECKS" "$OUT/memcheck.log"
-  # racecheck: our kernels only (it cannot run cuBLASLt's Hopper GEMMs, see gpu_check.py --help)
-  timeout ${RACE_TIMEOUT:-200} compute-sanitizer --tool racecheck --print-limit 20 \
-    python3 kernels/bench/gpu_check.py --mode race > "$OUT/racecheck.log" 2>&1
-  echo "racecheck rc=$?"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|CHECKS" "$OUT/racecheck.log"
-fi
-# at most 8 files come back from the device
 rm -f "$OUT/check_small.json"
-[[ -f $OUT/bench.json ]] && rm -f "$OUT/bench_partial.json"
+# at most 8 files come back from the device: a finished bench's partial file, or else the
+# comparison (also on stdout), gives way
+if [[ -f $OUT/bench.json ]]; then rm -f "$OUT/bench_partial.json"; else rm -f "$OUT/compare.txt"; fi
+echo "[$STEP: ${SECONDS}s]"
 ls "$OUT"

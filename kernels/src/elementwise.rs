@@ -4,6 +4,21 @@ use crate::dtype::DType;
 use crate::error::{invalid, Result};
 use crate::runtime::{Args, DevPtr, Gpu, LaunchConfig, RawStream, Source};
 
+/// `elementwise.cu`, one build for any sm_80+ GPU.
+pub const SOURCE: Source = Source {
+    file_name: "elementwise.cu",
+    text: crate::sources::ELEMENTWISE,
+    variants: None,
+    arch_specific: None,
+    kernels: &[
+        "bias_residual_vec",
+        "bias_residual_scalar",
+        "bias_act_vec",
+        "bias_act_scalar",
+        "pad_copy_vec",
+    ],
+};
+
 /// Threads per block of the vector kernels (`EW_THREADS` in elementwise.cu).
 const THREADS: u32 = 128;
 /// Threads per block of the grid-stride kernels (scalar paths, padding copy).
@@ -11,14 +26,6 @@ const STRIDE_THREADS: u32 = 256;
 /// 16-byte vectors per thread in the vector kernels (`VPT` in elementwise.cu).
 pub const VECTORS_PER_THREAD: u64 = 4;
 
-/// (threads per block, vectors per thread) of the vector kernels: the source's defaults
-/// unless `FUSEPROF_KERNELS_DEFINES` sets `EW_THREADS` / `VPT`.
-fn vector_geometry() -> (u32, u64) {
-    (
-        crate::runtime::tuning_value("EW_THREADS", THREADS),
-        crate::runtime::tuning_value("VPT", VECTORS_PER_THREAD as u32).max(1) as u64,
-    )
-}
 /// Grid cap of the grid-stride kernels.
 const MAX_STRIDE_BLOCKS: u64 = 65_536;
 
@@ -69,8 +76,7 @@ impl ElementwisePath {
     pub fn launch_config(self) -> Result<LaunchConfig> {
         match self {
             Self::Vector { n_vec, .. } => {
-                let (threads, vpt) = vector_geometry();
-                LaunchConfig::linear(n_vec.div_ceil(threads as u64 * vpt), threads)
+                LaunchConfig::linear(n_vec.div_ceil(THREADS as u64 * VECTORS_PER_THREAD), THREADS)
             }
             Self::Scalar { n, .. } => LaunchConfig::linear(
                 n.div_ceil(STRIDE_THREADS as u64).min(MAX_STRIDE_BLOCKS),
@@ -122,7 +128,7 @@ pub unsafe fn launch_bias_residual(
     };
     // SAFETY: arguments match the kernels' signatures; the vector kernel guards i < n_vec and
     // the scalar one strides to n; extents are the caller's contract.
-    unsafe { gpu.launch(Source::Elementwise, dtype, 0, name, cfg, stream, args) }
+    unsafe { gpu.launch(&SOURCE, dtype, 0, name, cfg, stream, args) }
 }
 
 /// `out = act(x + bias)` over `[rows, cols]`; `bias` may be None; `out` may alias `x`.
@@ -157,7 +163,7 @@ pub unsafe fn launch_bias_act(
         .i32(c as i32)
         .i32(act as i32);
     // SAFETY: arguments match bias_act_{vec,scalar}; bounds are guarded in the kernels.
-    unsafe { gpu.launch(Source::Elementwise, dtype, 0, name, cfg, stream, args) }
+    unsafe { gpu.launch(&SOURCE, dtype, 0, name, cfg, stream, args) }
 }
 
 /// A zero-padding copy `[batch, rows, cols]` (row stride `ld_src`, batch stride
@@ -240,7 +246,7 @@ pub unsafe fn launch_pad_copy(
     // reads the source only inside (rows, cols).
     unsafe {
         gpu.launch(
-            Source::Elementwise,
+            &SOURCE,
             dtype,
             0,
             "pad_copy_vec",
@@ -370,7 +376,7 @@ mod tests {
 
     #[test]
     fn source_defaults_match_the_launcher() {
-        let src = crate::runtime::Source::Elementwise.text();
+        let src = SOURCE.text;
         assert!(src.contains(&format!("#define VPT {VECTORS_PER_THREAD}\n")));
         assert!(src.contains(&format!("#define EW_THREADS {THREADS}\n")));
     }

@@ -133,7 +133,7 @@ pub extern "C" fn fpk_init() -> i32 {
 #[no_mangle]
 pub extern "C" fn fpk_precompile_all() -> i32 {
     guard(|| {
-        let errors = Gpu::global()?.precompile_all();
+        let errors = Gpu::global()?.precompile(&crate::all_sources());
         if errors.is_empty() {
             return Ok(());
         }

@@ -15,8 +15,10 @@
 //! runs the bias epilogue and then `bias_act_vec` in place; [`Epilogue::BiasGeluTanh`] exposes
 //! cuBLASLt's own for comparison.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::ffi::c_void;
+use std::sync::{Mutex, OnceLock};
 
 use cudarc::cublaslt::sys as lt;
 
@@ -238,7 +240,7 @@ struct Plan {
 }
 
 /// Per-context cuBLASLt handle, workspace and cached plans.
-pub struct BlasState {
+struct BlasState {
     handle: lt::cublasLtHandle_t,
     workspace: DevPtr,
     plans: HashMap<GemmParams, Plan>,
@@ -255,8 +257,30 @@ fn blas(res: lt::cublasStatus_t, call: &'static str) -> Result<()> {
     }
 }
 
+/// The cuBLASLt state of each CUDA context (by its handle) this process has run a GEMM in.
+struct BlasStates(HashMap<usize, BlasState>);
+
+// SAFETY: the handles inside are only used while the mutex is held, and cuBLASLt handles may be
+// used from any thread of the process.
+unsafe impl Send for BlasStates {}
+
+/// Run `f` with the cuBLASLt state of the current context (created on first use).
+fn with_blas<R>(gpu: &Gpu, f: impl FnOnce(&mut BlasState) -> Result<R>) -> Result<R> {
+    static STATES: OnceLock<Mutex<BlasStates>> = OnceLock::new();
+    let (ctx, _) = gpu.current_context()?;
+    let mut states = STATES
+        .get_or_init(|| Mutex::new(BlasStates(HashMap::new())))
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    let state = match states.0.entry(ctx as usize) {
+        Entry::Occupied(e) => e.into_mut(),
+        Entry::Vacant(e) => e.insert(BlasState::new()?),
+    };
+    f(state)
+}
+
 impl BlasState {
-    pub(crate) fn new() -> Result<Self> {
+    fn new() -> Result<Self> {
         // SAFETY: only probes dlopen.
         if !unsafe { lt::is_culib_present() } {
             return Err(Error::CublasLtNotFound);
@@ -460,7 +484,7 @@ pub unsafe fn launch_gemm(
     if p.epilogue.needs_residual() != bufs.residual.is_some() {
         return Err(invalid("epilogue and residual buffer disagree"));
     }
-    gpu.with_blas(|state| {
+    with_blas(gpu, |state| {
         let handle = state.handle;
         let workspace = state.workspace;
         let plan = state.plan(p)?;

@@ -30,68 +30,57 @@ impl RawStream {
     }
 }
 
-/// The kernel sources shipped with the crate, embedded at build time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Source {
-    /// `fmha.cu`; its variant is the head dimension.
-    Fmha,
-    /// `window.cu`
-    Window,
-    /// `elementwise.cu`
-    Elementwise,
+/// One `.cu` file and how it is built: the kernel family's module that launches its kernels
+/// declares it. A module is compiled per (context, file, dtype, variant) on first use.
+#[derive(Debug, Clone, Copy)]
+pub struct Source {
+    /// The file's name under `src/cu/` (NVRTC's name for it in error messages).
+    pub file_name: &'static str,
+    /// The file's text (see [`crate::sources`]).
+    pub text: &'static str,
+    /// The macro a variant sets and the variants there are (`HEAD_DIM`, 32 and 64 for the
+    /// attention sources); `None`: one build, variant 0.
+    pub variants: Option<(&'static str, &'static [u32])>,
+    /// Built for the architecture-specific target (`compute_90a`: wgmma, TMA) and run only on
+    /// that architecture, `(9, 0)`; `None`: any sm_80+ GPU, plain `compute_XY`.
+    pub arch_specific: Option<(i32, i32)>,
+    /// The kernels the file defines (checked by a test; [`Gpu::precompile`] loads the first).
+    pub kernels: &'static [&'static str],
 }
 
-const COMMON_CUH: &str = include_str!("cu/common.cuh");
-
 impl Source {
-    pub const ALL: [Source; 3] = [Source::Fmha, Source::Window, Source::Elementwise];
-
-    pub fn file_name(self) -> &'static str {
-        match self {
-            Source::Fmha => "fmha.cu",
-            Source::Window => "window.cu",
-            Source::Elementwise => "elementwise.cu",
-        }
+    /// The variants a module is compiled for.
+    pub fn variant_list(&self) -> &'static [u32] {
+        self.variants.map_or(&[0], |(_, v)| v)
     }
 
-    pub fn text(self) -> &'static str {
-        match self {
-            Source::Fmha => include_str!("cu/fmha.cu"),
-            Source::Window => include_str!("cu/window.cu"),
-            Source::Elementwise => include_str!("cu/elementwise.cu"),
-        }
+    /// True when this source's kernels run on a GPU of compute capability `arch`.
+    pub fn runs_on(&self, arch: (i32, i32)) -> bool {
+        self.arch_specific.is_none_or(|a| a == arch)
     }
 
-    /// The variants a module is compiled for (compile-time constants of the source).
-    pub fn variants(self) -> &'static [u32] {
-        match self {
-            Source::Fmha => &crate::attention::SUPPORTED_HEAD_DIMS,
-            _ => &[0],
-        }
-    }
-
-    /// The full text handed to NVRTC: the shared header, then the kernel file.
-    pub fn full_text(self) -> String {
-        format!(
-            "{COMMON_CUH}\n#line 1 \"{}\"\n{}",
-            self.file_name(),
-            self.text()
-        )
+    /// The text handed to NVRTC: the file with each `#include "NAME"` of a crate header replaced
+    /// by the header's text (once per header; `#line` directives keep error positions true).
+    pub fn full_text(&self) -> Result<String> {
+        let mut out = String::new();
+        let mut seen = Vec::new();
+        expand_includes(self.file_name, self.text, &mut seen, &mut out)?;
+        Ok(out)
     }
 
     /// NVRTC options for one (dtype, variant) build, `arch` being e.g. `compute_90`.
-    pub fn compile_options(self, dtype: DType, variant: u32, arch: &str) -> Vec<String> {
+    pub fn compile_options(&self, dtype: DType, variant: u32, arch: &str) -> Vec<String> {
         let mut o = vec![
             format!("--gpu-architecture={arch}"),
             "--std=c++17".to_string(),
             "-lineinfo".to_string(),
             // The kernels have no host code; without this NVRTC takes a generic lambda in a
-            // kernel (fmha.cu's wg_dispatch callers) for a host function.
+            // kernel (fmha_sm90.cu's wg_dispatch callers) for a host function.
             "--device-as-default-execution-space".to_string(),
             format!("-DFP_BF16={}", u32::from(dtype == DType::BF16)),
         ];
-        if self == Source::Fmha {
-            o.push(format!("-DHEAD_DIM={variant}"));
+        if let Some((name, _)) = self.variants {
+            o.push(format!("-D{name}={variant}"));
         }
         if arch.ends_with('a') {
             // Kernels that need the arch-specific features (wgmma) test this as well as
@@ -101,24 +90,61 @@ impl Source {
         o.extend(tuning_defines().iter().map(|(k, v)| format!("-D{k}={v}")));
         o
     }
+
+    /// The NVRTC target on a GPU of compute capability `arch`: `compute_XY`, or `compute_90a`
+    /// for an architecture-specific source on sm_90.
+    pub fn nvrtc_arch(&self, arch: (i32, i32)) -> String {
+        let feature = if self.arch_specific == Some(arch) {
+            "a"
+        } else {
+            ""
+        };
+        format!("compute_{}{}{feature}", arch.0, arch.1)
+    }
 }
 
-/// The NVRTC target for `source` on a GPU of compute capability `arch`: `compute_XY`, or
-/// `compute_90a` for fmha.cu on sm_90 unless `LONG_WGMMA=0` turns its wgmma kernel off (the `a`
-/// features run on sm_90 only, and the arch is chosen per device).
-pub fn nvrtc_arch(source: Source, arch: (i32, i32)) -> String {
-    let feature = if source == Source::Fmha && arch == (9, 0) && crate::attention::wgmma_enabled() {
-        "a"
-    } else {
-        ""
-    };
-    format!("compute_{}{}{feature}", arch.0, arch.1)
+/// Append `text` (file `file`) to `out` with its crate-header includes expanded.
+fn expand_includes(
+    file: &str,
+    text: &'static str,
+    seen: &mut Vec<&'static str>,
+    out: &mut String,
+) -> Result<()> {
+    out.push_str(&format!("#line 1 \"{file}\"\n"));
+    for (i, line) in text.lines().enumerate() {
+        let include = line
+            .trim()
+            .strip_prefix("#include")
+            .map(|rest| rest.trim().trim_matches('"'));
+        let Some(name) = include else {
+            out.push_str(line);
+            out.push('\n');
+            continue;
+        };
+        let (name, header) = crate::sources::HEADERS
+            .iter()
+            .find(|(n, _)| *n == name)
+            .copied()
+            .ok_or_else(|| Error::Compile {
+                kernel: file.to_string(),
+                log: format!("line {}: no crate header named {name}", i + 1),
+            })?;
+        if seen.contains(&name) {
+            out.push('\n'); // keeps the line count
+        } else {
+            seen.push(name);
+            expand_includes(name, header, seen, out)?;
+            out.push_str(&format!("#line {} \"{file}\"\n", i + 2));
+        }
+    }
+    Ok(())
 }
 
-/// Environment variable that overrides the kernels' tuning constants, for sweeps on a GPU:
-/// `FUSEPROF_KERNELS_DEFINES="VPT=4 EW_THREADS=128"`. Each `NAME=VALUE` (a non-negative integer)
-/// is passed to NVRTC as `-DNAME=VALUE`, and the launchers read the same values through
-/// [`tuning_value`], so a kernel and its grid always agree.
+/// Environment variable of switches for the kernels: `FUSEPROF_KERNELS_DEFINES="FMHA_SM90=0"`.
+/// Each `NAME=VALUE` (a non-negative integer) is passed to NVRTC as `-DNAME=VALUE`, and the
+/// launchers read the same values through [`tuning_value`], so a kernel and its launch always
+/// agree. The one switch shipped is `FMHA_SM90` (kernels/README.md); a kernel
+/// engineer adds an `#ifndef NAME` constant to try a variant on a GPU without a rebuild.
 pub const TUNING_ENV: &str = "FUSEPROF_KERNELS_DEFINES";
 
 /// The `NAME=VALUE` pairs of [`TUNING_ENV`]; malformed entries are ignored with a warning.
@@ -282,7 +308,7 @@ pub(crate) fn check(res: cu::CUresult, call: &'static str) -> Result<()> {
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 struct ModuleKey {
     ctx: usize,
-    source: Source,
+    file: &'static str,
     dtype: DType,
     variant: u32,
 }
@@ -299,15 +325,13 @@ struct State {
     archs: HashMap<i32, (i32, i32)>,
     /// resident CTAs per (context, source, dtype, variant, kernel, block, dynamic smem)
     resident: HashMap<(ModuleKey, &'static str, u32, u32), u64>,
-    /// cuBLASLt state per context (see gemm.rs)
-    pub(crate) blas: HashMap<usize, crate::gemm::BlasState>,
 }
 
-// SAFETY: the raw handles inside are only used while the mutex is held, and CUDA modules,
-// functions and cuBLASLt handles may be used from any thread of the process.
+// SAFETY: the raw handles inside are only used while the mutex is held, and CUDA modules and
+// functions may be used from any thread of the process.
 unsafe impl Send for State {}
 
-/// Handle to the process-wide kernel runtime: module cache, arch table, cuBLASLt state.
+/// Handle to the process-wide kernel runtime: module cache, arch table.
 pub struct Gpu {
     state: Mutex<State>,
 }
@@ -413,33 +437,10 @@ impl Gpu {
         Self::arch_of(&mut state, dev)
     }
 
-    fn compile(source: Source, dtype: DType, variant: u32, arch: (i32, i32)) -> Result<CString> {
-        let arch_name = nvrtc_arch(source, arch);
-        let opts = cudarc::nvrtc::CompileOptions {
-            options: source.compile_options(dtype, variant, &arch_name),
-            name: Some(source.file_name().to_string()),
-            ..Default::default()
-        };
-        let kernel = format!(
-            "{} ({}, variant {variant})",
-            source.file_name(),
-            dtype.name()
-        );
-        tracing::debug!(%kernel, arch = %arch_name, "compiling with NVRTC");
-        let ptx = cudarc::nvrtc::compile_ptx_with_opts(source.full_text(), opts).map_err(|e| {
-            let log = match &e {
-                cudarc::nvrtc::CompileError::CompileError { log, .. } => {
-                    log.to_string_lossy().into_owned()
-                }
-                other => format!("{other:?}"),
-            };
-            Error::Compile {
-                kernel: kernel.clone(),
-                log,
-            }
-        })?;
-        CString::new(ptx.to_src()).map_err(|_| Error::Compile {
-            kernel,
+    fn compile(source: &Source, dtype: DType, variant: u32, arch: (i32, i32)) -> Result<CString> {
+        let ptx = compile_ptx(source, dtype, variant, arch)?;
+        CString::new(ptx).map_err(|_| Error::Compile {
+            kernel: source.file_name.to_string(),
             log: "PTX contains a NUL byte".into(),
         })
     }
@@ -447,7 +448,7 @@ impl Gpu {
     /// Look up (compiling and loading on first use) a kernel in the current context.
     pub(crate) fn function(
         &self,
-        source: Source,
+        source: &Source,
         dtype: DType,
         variant: u32,
         name: &'static str,
@@ -456,7 +457,7 @@ impl Gpu {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let key = ModuleKey {
             ctx: ctx as usize,
-            source,
+            file: source.file_name,
             dtype,
             variant,
         };
@@ -497,7 +498,7 @@ impl Gpu {
     /// size their grid with it.
     pub(crate) fn resident_ctas(
         &self,
-        source: Source,
+        source: &Source,
         dtype: DType,
         variant: u32,
         name: &'static str,
@@ -509,7 +510,7 @@ impl Gpu {
         let key = (
             ModuleKey {
                 ctx: ctx as usize,
-                source,
+                file: source.file_name,
                 dtype,
                 variant,
             },
@@ -565,7 +566,7 @@ impl Gpu {
     #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn launch(
         &self,
-        source: Source,
+        source: &Source,
         dtype: DType,
         variant: u32,
         name: &'static str,
@@ -607,20 +608,20 @@ impl Gpu {
         Ok(())
     }
 
-    /// Compile and load every (source, dtype, variant) now, returning each failure.
+    /// Compile and load every (source, dtype, variant) of `sources` that runs on the current
+    /// device now, returning each failure.
     ///
     /// Used by the device check script so that one run reports every compile error at once.
-    pub fn precompile_all(&self) -> Vec<Error> {
+    pub fn precompile(&self, sources: &[Source]) -> Vec<Error> {
+        let arch = match self.current_arch() {
+            Ok(a) => a,
+            Err(e) => return vec![e],
+        };
         let mut errors = Vec::new();
-        for source in Source::ALL {
+        for source in sources.iter().filter(|s| s.runs_on(arch)) {
             for dtype in [DType::F16, DType::BF16] {
-                for &variant in source.variants() {
-                    let probe = match source {
-                        Source::Fmha => "fmha_fwd_short",
-                        Source::Window => "ln_shift_partition_1",
-                        Source::Elementwise => "bias_residual_vec",
-                    };
-                    if let Err(e) = self.function(source, dtype, variant, probe) {
+                for &variant in source.variant_list() {
+                    if let Err(e) = self.function(source, dtype, variant, source.kernels[0]) {
                         errors.push(e);
                     }
                 }
@@ -628,21 +629,40 @@ impl Gpu {
         }
         errors
     }
+}
 
-    /// Run `f` with the cuBLASLt state of the current context (created on first use).
-    pub(crate) fn with_blas<R>(
-        &self,
-        f: impl FnOnce(&mut crate::gemm::BlasState) -> Result<R>,
-    ) -> Result<R> {
-        let (ctx, _) = self.current_context()?;
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let key = ctx as usize;
-        if let std::collections::hash_map::Entry::Vacant(e) = state.blas.entry(key) {
-            let b = crate::gemm::BlasState::new()?;
-            e.insert(b);
-        }
-        f(state.blas.get_mut(&key).expect("inserted above"))
+/// Compile `source` to PTX with NVRTC for a GPU of compute capability `arch`, as the runtime
+/// does before loading it. Needs libnvrtc, not a GPU.
+pub fn compile_ptx(
+    source: &Source,
+    dtype: DType,
+    variant: u32,
+    arch: (i32, i32),
+) -> Result<String> {
+    if !nvrtc_present() {
+        return Err(Error::NvrtcNotFound);
     }
+    let arch_name = source.nvrtc_arch(arch);
+    let opts = cudarc::nvrtc::CompileOptions {
+        options: source.compile_options(dtype, variant, &arch_name),
+        name: Some(source.file_name.to_string()),
+        ..Default::default()
+    };
+    let kernel = format!("{} ({}, variant {variant})", source.file_name, dtype.name());
+    tracing::debug!(%kernel, arch = %arch_name, "compiling with NVRTC");
+    let ptx = cudarc::nvrtc::compile_ptx_with_opts(source.full_text()?, opts).map_err(|e| {
+        let log = match &e {
+            cudarc::nvrtc::CompileError::CompileError { log, .. } => {
+                log.to_string_lossy().into_owned()
+            }
+            other => format!("{other:?}"),
+        };
+        Error::Compile {
+            kernel: kernel.clone(),
+            log,
+        }
+    })?;
+    Ok(ptx.to_src())
 }
 
 /// Milliseconds per call of `f` on `stream`: one untimed call, then `reps` calls between two
@@ -747,51 +767,67 @@ mod tests {
     }
 
     #[test]
-    fn compile_options_name_arch_dtype_and_head_dim() {
-        assert!(Source::Fmha
+    fn compile_options_name_arch_dtype_and_variant() {
+        let fmha = Source {
+            file_name: "t.cu",
+            text: "",
+            variants: Some(("HEAD_DIM", &[32, 64])),
+            arch_specific: Some((9, 0)),
+            kernels: &["k"],
+        };
+        assert_eq!(fmha.nvrtc_arch((9, 0)), "compute_90a");
+        assert_eq!(fmha.nvrtc_arch((8, 9)), "compute_89");
+        assert!(fmha.runs_on((9, 0)) && !fmha.runs_on((10, 0)));
+        assert!(fmha
             .compile_options(DType::F16, 64, "compute_90a")
             .contains(&"-DFUSEPROF_ARCH_FEATURES=1".to_string()));
-        let o = Source::Fmha.compile_options(DType::BF16, 64, "compute_90");
+        let o = fmha.compile_options(DType::BF16, 64, "compute_90");
         assert!(!o.iter().any(|x| x.contains("ARCH_FEATURES")));
         assert!(o.contains(&"--gpu-architecture=compute_90".to_string()));
         assert!(o.contains(&"-DFP_BF16=1".to_string()));
         assert!(o.contains(&"-DHEAD_DIM=64".to_string()));
-        // fmha.cu's kernels call generic lambdas, which NVRTC otherwise takes for host code
+        // fmha_sm90.cu's kernels call generic lambdas, which NVRTC otherwise takes for host code
         assert!(o.contains(&"--device-as-default-execution-space".to_string()));
-        let w = Source::Window.compile_options(DType::F16, 0, "compute_80");
+        let plain = Source {
+            variants: None,
+            arch_specific: None,
+            ..fmha
+        };
+        assert_eq!(plain.variant_list(), &[0]);
+        assert_eq!(plain.nvrtc_arch((9, 0)), "compute_90");
+        assert!(plain.runs_on((8, 0)));
+        let w = plain.compile_options(DType::F16, 0, "compute_80");
         assert!(w.contains(&"-DFP_BF16=0".to_string()));
         assert!(!w.iter().any(|s| s.starts_with("-DHEAD_DIM")));
     }
 
     #[test]
-    fn sources_are_self_contained_and_define_their_kernels() {
-        for s in Source::ALL {
-            let t = s.full_text();
-            assert!(
-                !t.contains("#include"),
-                "{} must not include headers",
-                s.file_name()
-            );
-            assert!(t.contains("to_f32"), "common header prepended");
-        }
-        let kernels = [
-            (Source::Fmha, "fmha_fwd_short"),
-            (Source::Fmha, "fmha_fwd_long"),
-            (Source::Fmha, "fmha_fwd_window"),
-            (Source::Fmha, "fmha_add_combine"),
-            (Source::Window, "LN_SHIFT_PARTITION(4)"),
-            (Source::Window, "WINDOW_REVERSE_RESIDUAL(4)"),
-            (Source::Window, "ln_shift_partition_scalar"),
-            (Source::Window, "window_reverse_residual_scalar"),
-            (Source::Elementwise, "bias_residual_vec"),
-            (Source::Elementwise, "bias_residual_scalar"),
-            (Source::Elementwise, "bias_act_vec"),
-            (Source::Elementwise, "bias_act_scalar"),
-            (Source::Elementwise, "pad_copy_vec"),
-        ];
-        for (s, k) in kernels {
-            assert!(s.text().contains(k), "{k} missing from {}", s.file_name());
-        }
+    fn includes_expand_once_with_line_markers() {
+        let s = Source {
+            file_name: "t.cu",
+            text: "#include \"fmha.cuh\"\n#include \"common.cuh\"\nint x;\n",
+            variants: None,
+            arch_specific: None,
+            kernels: &[],
+        };
+        let t = s.full_text().unwrap();
+        assert!(!t.lines().any(|l| l.trim_start().starts_with("#include")));
+        // fmha.cuh includes common.cuh; the second include of it adds nothing
+        assert_eq!(
+            t.matches("__device__ __forceinline__ float to_f32").count(),
+            1
+        );
+        assert!(t.starts_with("#line 1 \"t.cu\"\n#line 1 \"fmha.cuh\""));
+        assert!(t.ends_with("#line 2 \"t.cu\"\n\nint x;\n"));
+        let missing = Source {
+            text: "#include \"nope.cuh\"\n",
+            ..s
+        };
+        assert!(missing
+            .full_text()
+            .unwrap_err()
+            .to_string()
+            .contains("nope.cuh"));
     }
 
     #[test]

@@ -10,17 +10,30 @@ use crate::dtype::DType;
 use crate::error::{invalid, Result};
 use crate::runtime::{Args, DevPtr, Gpu, LaunchConfig, RawStream, Source};
 
+/// `window.cu`, one build for any sm_80+ GPU.
+pub const SOURCE: Source = Source {
+    file_name: "window.cu",
+    text: crate::sources::WINDOW,
+    variants: None,
+    arch_specific: None,
+    kernels: &[
+        "ln_shift_partition_1",
+        "ln_shift_partition_2",
+        "ln_shift_partition_3",
+        "ln_shift_partition_4",
+        "ln_shift_partition_scalar",
+        "window_reverse_residual_1",
+        "window_reverse_residual_2",
+        "window_reverse_residual_3",
+        "window_reverse_residual_4",
+        "window_reverse_residual_scalar",
+    ],
+};
+
+/// Threads per block (`WO_THREADS` in `window.cu`; the scalar kernels too).
 const THREADS: u32 = 256;
 /// Rows per lane group in the vector kernels (`RPT` in `window.cu`).
 pub const ROWS_PER_GROUP: u32 = 2;
-/// (threads per block, rows per lane group) of the vector kernels: the source's defaults unless
-/// `FUSEPROF_KERNELS_DEFINES` sets `WO_THREADS` / `RPT`.
-fn vector_geometry() -> (u32, u32) {
-    (
-        crate::runtime::tuning_value("WO_THREADS", THREADS),
-        crate::runtime::tuning_value("RPT", ROWS_PER_GROUP).max(1),
-    )
-}
 /// Largest number of 16-byte chunks one lane keeps in registers.
 pub const MAX_CHUNKS_PER_LANE: usize = 4;
 
@@ -120,22 +133,15 @@ impl RowLayout {
     /// (their loads all in flight before the first reduction); the scalar layout one row per warp.
     pub fn rows_per_block(self) -> u32 {
         match self {
-            RowLayout::Vector { .. } => {
-                let (threads, rpt) = vector_geometry();
-                threads / self.lanes_per_row() * rpt
-            }
+            RowLayout::Vector { .. } => THREADS / self.lanes_per_row() * ROWS_PER_GROUP,
             RowLayout::Scalar => THREADS / 32,
         }
     }
 
     pub fn launch_config(self, rows: usize) -> Result<LaunchConfig> {
-        let threads = match self {
-            RowLayout::Vector { .. } => vector_geometry().0,
-            RowLayout::Scalar => THREADS,
-        };
         LaunchConfig::linear(
             (rows as u64).div_ceil(self.rows_per_block() as u64),
-            threads,
+            THREADS,
         )
     }
 }
@@ -231,7 +237,7 @@ pub unsafe fn launch_ln_shift_partition(
     // each kernel guards rows past the end; extents are the caller's contract.
     unsafe {
         gpu.launch(
-            Source::Window,
+            &SOURCE,
             dtype,
             0,
             kernel_name("ln", layout),
@@ -300,7 +306,7 @@ pub unsafe fn launch_window_reverse_residual(
     // and kernels guard the tail; extents are the caller's contract.
     unsafe {
         gpu.launch(
-            Source::Window,
+            &SOURCE,
             dtype,
             0,
             kernel_name("rev", layout),
@@ -456,11 +462,11 @@ mod tests {
             .unwrap();
         assert_eq!(cfg.grid.0 as usize * 128, 64 * 3136);
         // the kernels' rows per lane group is the launcher's
-        assert!(crate::runtime::Source::Window
-            .text()
+        assert!(SOURCE
+            .text
             .contains(&format!("#define RPT {ROWS_PER_GROUP}\n")));
-        assert!(crate::runtime::Source::Window
-            .text()
+        assert!(SOURCE
+            .text
             .contains(&format!("#define WO_THREADS {THREADS}\n")));
         let odd = RowLayout::Scalar.launch_config(9).unwrap();
         assert_eq!(odd.grid.0, 2);

@@ -1,9 +1,12 @@
 // common.cuh: helpers shared by every fuseprof kernel source.
 //
-// The loader prepends this text to each .cu file before NVRTC compiles it, so the sources
-// include no system header at all: NVRTC needs no include path and the crate needs no CUDA
-// install to build. Element storage is raw 16-bit (`u16`); FP_BF16 picks how the bits are read.
-// Conversions go through PTX `cvt`, available on every sm_80+ GPU.
+// Every .cu file includes it first. The sources include no system header: the loader
+// (runtime.rs) replaces each `#include "NAME.cuh"` with the header's text before NVRTC compiles
+// the file, so NVRTC needs no include path and the crate needs no CUDA install to build (nvcc
+// compiles the files as they are). Element storage is raw 16-bit (`u16`); FP_BF16 picks how the
+// bits are read. Conversions go through PTX `cvt`, available on every sm_80+ GPU.
+#ifndef FUSEPROF_COMMON_CUH
+#define FUSEPROF_COMMON_CUH
 
 typedef unsigned short u16;
 typedef unsigned int u32;
@@ -90,3 +93,5 @@ __device__ __forceinline__ u32 smem_addr(const void* p) {
 }
 
 #define NEG_INF __uint_as_float(0xff800000u)
+
+#endif  // FUSEPROF_COMMON_CUH

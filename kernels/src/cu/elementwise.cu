@@ -7,41 +7,13 @@
 //   Used after a cuBLASLt GEMM to give an exact-GELU epilogue.
 // pad_copy_vec: dst[b, r, c] = src[b, r, c] inside the source extent, 0 outside: pads GEMM
 //   operands to multiples of 8 (dst cols % 8 == 0).
+#include "common.cuh"
 
-// Tuning constants (FUSEPROF_KERNELS_DEFINES overrides them; the Rust launcher reads the same
-// values): vectors per thread, threads per block, and EW_STREAM = 1 for streaming cache hints
-// (loads that skip L1 and prefetch 256 B into L2, evict-first stores).
-// 4 x 128 beat 2 x 256 (the previous default) by ~2% on [200704, 96] (H100 sweep).
-#ifndef VPT
+// Vectors per thread and threads per block of the vector kernels (the Rust launcher uses the
+// same values): 4 x 128 beat 2 x 256 by ~2% on [200704, 96] (H100); streaming cache hints on the
+// loads and stores were no faster (commit e2b39b2 has them as EW_STREAM).
 #define VPT 4
-#endif
-#ifndef EW_THREADS
 #define EW_THREADS 128
-#endif
-#ifndef EW_STREAM
-#define EW_STREAM 0
-#endif
-
-__device__ __forceinline__ uint4 ldg16_stream(const u16* p) {
-#if EW_STREAM
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-#else
-    return ldg16(p);
-#endif
-}
-
-__device__ __forceinline__ void stg16_stream(u16* p, uint4 v) {
-#if EW_STREAM
-    asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-                 : "memory");
-#else
-    stg16(p, v);
-#endif
-}
 
 extern "C" __global__ void __launch_bounds__(EW_THREADS)
 bias_residual_vec(const u16* __restrict__ x, const u16* __restrict__ bias,
@@ -52,8 +24,8 @@ bias_residual_vec(const u16* __restrict__ x, const u16* __restrict__ bias,
     for (int k = 0; k < VPT; ++k) {
         const i64 i = base + (i64)k * blockDim.x;
         if (i < n_vec) {
-            xv[k] = ldg16_stream(x + i * 8);
-            rv[k] = ldg16_stream(res + i * 8);
+            xv[k] = ldg16(x + i * 8);
+            rv[k] = ldg16(res + i * 8);
             bv[k] = ldg16(bias + ((unsigned)i % (unsigned)cols_vec) * 8);  // host: n_vec < 2^31
         }
     }
@@ -67,7 +39,7 @@ bias_residual_vec(const u16* __restrict__ x, const u16* __restrict__ bias,
             unpack8(bv[k], bb);
 #pragma unroll
             for (int e = 0; e < 8; ++e) a[e] = a[e] + bb[e] + r[e];
-            stg16_stream(out + i * 8, pack8(a));
+            stg16(out + i * 8, pack8(a));
         }
     }
 }

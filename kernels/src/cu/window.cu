@@ -11,6 +11,7 @@
 // CPL 16-byte chunks of each of its rows in registers, so a row is read once and LayerNorm statistics (fp32, two-pass on the
 // registers) need no second read. The `_scalar` versions take any C (one warp per row, elements
 // re-read from global memory) and exist for shapes whose C is not a multiple of 8.
+#include "common.cuh"
 
 __device__ __forceinline__ float group_sum(float v, int lpr) {
     for (int off = lpr >> 1; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
@@ -71,14 +72,10 @@ __device__ __forceinline__ void layer_norm_chunks(float v[CPL][8], int sub, int 
 // each k is a contiguous run of rows across the block. All RPT rows' loads are issued (kept as
 // raw 16-byte vectors) before the first reduction, so a lane has RPT * CPL (x2 for the reverse)
 // 16-byte loads in flight.
-// Tuning constants (FUSEPROF_KERNELS_DEFINES overrides them; the launcher reads the same values):
-// rows per lane group and threads per block of the vector kernels.
-#ifndef RPT
+// Rows per lane group and threads per block of the vector kernels (the launcher uses the same
+// values; 4 rows per group measured slower, kernels/NOTES.md).
 #define RPT 2
-#endif
-#ifndef WO_THREADS
 #define WO_THREADS 256
-#endif
 
 // Source row of partition row `orow` (-1 where the padded window grid falls outside the image).
 __device__ __forceinline__ i64 partition_source_row(unsigned orow32, int H, int W, int ws, int shift_h,
