@@ -222,12 +222,13 @@ pub fn bench(run: &Path, cfg: &BenchConfig) -> Result<BenchReport> {
     )?;
     let out = dir.join("results.json");
     let py = python(cfg);
-    let status = Command::new(&py)
+    let mut child = Command::new(&py)
         .arg(&driver)
         .arg(&spec)
         .arg(&out)
         .env("FUSEPROF_KERNELS_LIB", &lib)
         .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("PYTHONUNBUFFERED", "1")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -238,21 +239,29 @@ pub fn bench(run: &Path, cfg: &BenchConfig) -> Result<BenchReport> {
                  --python or set FUSEPROF_PYTHON",
                 py.display()
             ))
-        })
-        .and_then(|child| {
-            child
-                .wait_with_output()
-                .map_err(|e| Error::Bench(e.to_string()))
         })?;
-    let stderr = String::from_utf8_lossy(&status.stderr);
-    if !status.status.success() {
-        // The driver's last line says what is missing (no torch, no GPU, kernels not loading).
-        let last = stderr
-            .lines()
-            .rev()
-            .find(|l| !l.trim().is_empty())
-            .unwrap_or("the driver failed without a message");
+    // The driver's progress lines (`[3/20] id: passed (4.1 s)`, only on a terminal) pass
+    // through as they come; its last line says what failed when it fails.
+    let mut last = String::new();
+    if let Some(err) = child.stderr.take() {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(err).lines().map_while(|l| l.ok()) {
+            if job.progress && line.starts_with('[') {
+                eprintln!("{line}");
+            }
+            if !line.trim().is_empty() {
+                last = line;
+            }
+        }
+    }
+    let status = child.wait().map_err(|e| Error::Bench(e.to_string()))?;
+    if !status.success() {
         let _ = std::fs::remove_dir_all(&dir);
+        let last = if last.is_empty() {
+            "the driver failed without a message".to_string()
+        } else {
+            last
+        };
         return Err(Error::Bench(
             last.trim_start_matches("fuseprof bench: ").to_string(),
         ));
