@@ -195,6 +195,26 @@ fn swin_t_proposals_cover_half_the_step_and_count_each_op_once() {
 /// One op of a hand-made run: its name, input dims, dtypes, and its kernel's duration (0: none).
 struct Op(&'static str, &'static str, &'static str, i64);
 
+/// A kernel on device 0, stream 7, launched by process 1 under `corr`.
+fn kernel(name: fuseprof_store::StrId, start_ns: i64, end_ns: i64, corr: Option<i64>) -> Kernel {
+    Kernel {
+        start_ns,
+        end_ns,
+        device_id: 0,
+        stream_id: 7,
+        pid: Some(1),
+        correlation_id: corr,
+        external_id: None,
+        name,
+        grid: None,
+        block: None,
+        registers_per_thread: None,
+        static_smem_bytes: None,
+        dynamic_smem_bytes: None,
+        graph_id: None,
+    }
+}
+
 /// Writes a run of `ops`, one after another on one thread, each launching one kernel, on an H100.
 fn handmade(dir: &Path, name: &str, ops: &[Op], shapes: bool) -> PathBuf {
     let path = dir.join(format!("{name}.sqlite"));
@@ -230,23 +250,8 @@ fn handmade(dir: &Path, name: &str, ops: &[Op], shapes: bool) -> PathBuf {
             })
             .unwrap();
             let k = w.intern(&format!("kernel_{i}"));
-            w.kernel(Kernel {
-                start_ns: t + 3_000,
-                end_ns: t + 3_000 + op.3,
-                device_id: 0,
-                stream_id: 7,
-                pid: Some(1),
-                correlation_id: Some(corr),
-                external_id: None,
-                name: k,
-                grid: None,
-                block: None,
-                registers_per_thread: None,
-                static_smem_bytes: None,
-                dynamic_smem_bytes: None,
-                graph_id: None,
-            })
-            .unwrap();
+            w.kernel(kernel(k, t + 3_000, t + 3_000 + op.3, Some(corr)))
+                .unwrap();
         }
         t += 20_000;
     }
@@ -387,23 +392,7 @@ fn a_run_without_op_ranges_is_refused_with_a_reason() {
     let path = dir.path().join("empty.sqlite");
     let mut w = Writer::create(&path, CreateOptions::default()).unwrap();
     let n = w.intern("my_kernel");
-    w.kernel(Kernel {
-        start_ns: 0,
-        end_ns: 10,
-        device_id: 0,
-        stream_id: 1,
-        pid: Some(1),
-        correlation_id: None,
-        external_id: None,
-        name: n,
-        grid: None,
-        block: None,
-        registers_per_thread: None,
-        static_smem_bytes: None,
-        dynamic_smem_bytes: None,
-        graph_id: None,
-    })
-    .unwrap();
+    w.kernel(kernel(n, 0, 10, None)).unwrap();
     w.finish(RunInfo {
         source_format: "cupti".into(),
         ..Default::default()
