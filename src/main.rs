@@ -11,6 +11,7 @@ use fuseprof_analyzer::{Analysis, AnalyzeConfig, GroupBy};
 use fuseprof_collector::collect::{self, Capture, CollectConfig, PytorchMode};
 use fuseprof_collector::import::{self, Format, ImportOptions};
 use fuseprof_fusion_advisor::bench::{self, BenchConfig, Selection};
+use fuseprof_fusion_advisor::model_bench::{self, ModelBenchConfig};
 use fuseprof_fusion_advisor::AdviseConfig;
 use fuseprof_store::Store;
 
@@ -163,39 +164,62 @@ enum Command {
         #[arg(long, default_value_t = 12)]
         top: usize,
     },
-    /// Measure advise's proposals on the recorded shapes and dtypes on a GPU: the eager chain,
+    /// Measure advise's proposals on the recorded shapes and dtypes on a GPU (the eager chain,
     /// the bundled kernel and the chain under torch.compile, interleaved, with a numerics gate
-    /// against a float32 reference. Results are stored in the run.
+    /// against a float32 reference; results are stored in the run), or, with `-- CMD`, run the
+    /// unmodified program before and after the bundled kernels are swapped in and compare the
+    /// step times, the ops and the numerics.
     #[command(after_help = "Examples:\n  \
         fuseprof bench swin.sqlite --all\n  \
-        fuseprof bench swin.sqlite --proposal wattn-4096x3x49x32-shifted -o results.json\n\n\
+        fuseprof bench swin.sqlite --proposal wattn-4096x3x49x32-shifted -o results.json\n  \
+        fuseprof bench -- python3 bench/swin_infer.py               # the model before and after\n  \
+        fuseprof bench --cuda-graphs -- python3 bench/swin_infer.py\n\n\
         Needs python3 with PyTorch and a CUDA GPU (--python or $FUSEPROF_PYTHON), and\n\
         libfuseprof_kernels.so next to fuseprof or in $FUSEPROF_KERNELS_LIB\n\
         (cargo build --release -p fuseprof-kernels).")]
     Bench {
-        /// The run file whose proposals to measure.
-        run: PathBuf,
+        /// The run file whose proposals to measure (not with `-- CMD`).
+        #[arg(required_unless_present = "command")]
+        run: Option<PathBuf>,
         /// Measure this proposal (an id from `fuseprof advise`); repeatable.
-        #[arg(long, conflicts_with = "all")]
+        #[arg(long, conflicts_with_all = ["all", "command"])]
         proposal: Vec<String>,
         /// Measure every proposal.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "command")]
         all: bool,
         /// Also write the results as JSON.
         #[arg(short, long)]
         output: Option<PathBuf>,
-        /// Interleaved rounds of (ours, eager, compiled).
+        /// Interleaved rounds: of (ours, eager, compiled) per proposal, or of (baseline,
+        /// patched) runs of the command.
         #[arg(long, default_value_t = 3)]
         rounds: u32,
-        /// Skip timing the chains under torch.compile.
+        /// Skip timing the chains under torch.compile (proposals).
         #[arg(long)]
         no_compile: bool,
         /// The python3 that has torch (default: $FUSEPROF_PYTHON, else python3).
         #[arg(long)]
         python: Option<PathBuf>,
+        /// With a command: run both sides under torch.compile in this mode (default,
+        /// reduce-overhead, max-autotune).
+        #[arg(long, requires = "command")]
+        compile: Option<String>,
+        /// With a command: capture both sides' models in CUDA graphs.
+        #[arg(long, requires = "command")]
+        cuda_graphs: bool,
+        /// With a command: the advisor patterns to apply, comma-separated (default: all the
+        /// patch layer knows).
+        #[arg(long, requires = "command", value_delimiter = ',')]
+        apply: Vec<String>,
+        /// With a command: keep the runs of both sides in this folder.
+        #[arg(long, requires = "command")]
+        keep: Option<PathBuf>,
         /// Print the results as JSON.
         #[arg(long)]
         json: bool,
+        /// The program to run before and after, after `--`: `fuseprof bench -- python3 infer.py`.
+        #[arg(last = true, num_args = 1..)]
+        command: Vec<OsString>,
     },
     /// Show what a run holds: source, devices, counts, time span.
     #[command(after_help = "Example:\n  fuseprof info run.sqlite --json")]
@@ -284,6 +308,8 @@ fn run(command: Command) -> Result<ExitCode> {
                 command,
                 tracer_path: None,
                 all_api,
+                python_path: Vec::new(),
+                env: Vec::new(),
             };
             let outcome = collect::run(&cfg).context("cannot collect")?;
             for w in &outcome.warnings {
@@ -407,8 +433,41 @@ fn run(command: Command) -> Result<ExitCode> {
             rounds,
             no_compile,
             python,
+            compile,
+            cuda_graphs,
+            apply,
+            keep,
             json,
+            command,
         } => {
+            if !command.is_empty() {
+                let cfg = ModelBenchConfig {
+                    command,
+                    rounds,
+                    compile,
+                    cuda_graphs,
+                    apply: (!apply.is_empty()).then_some(apply),
+                    keep,
+                    kernels_lib: None,
+                };
+                let report = model_bench::run(&cfg)?;
+                if let Some(path) = &output {
+                    std::fs::write(path, serde_json::to_string_pretty(&report)? + "\n")
+                        .with_context(|| format!("cannot write {}", path.display()))?;
+                }
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&report)?);
+                } else {
+                    print!("{}", model_bench::render(&report, 10));
+                }
+                if !report.numerics_passed {
+                    return Ok(ExitCode::from(2));
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            let Some(run) = run else {
+                anyhow::bail!("name a run file, or a command after `--`");
+            };
             if proposal.is_empty() && !all {
                 anyhow::bail!("name the proposals to measure (--proposal ID) or pass --all");
             }

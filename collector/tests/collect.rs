@@ -30,6 +30,8 @@ fn config(dir: &Path, out: &str, command: &[&str]) -> CollectConfig {
         command: command.iter().map(OsString::from).collect(),
         tracer_path: Some(fake_tracer(dir)),
         all_api: false,
+        python_path: Vec::new(),
+        env: Vec::new(),
     }
 }
 

@@ -123,10 +123,10 @@ pub struct BenchReport {
     pub rows: Vec<BenchRow>,
 }
 
-fn find_kernels_lib(cfg: &BenchConfig) -> Result<PathBuf> {
-    let candidates: Vec<PathBuf> = cfg
-        .kernels_lib
-        .clone()
+/// libfuseprof_kernels.so: `given`, else $FUSEPROF_KERNELS_LIB, else next to the executable.
+pub(crate) fn find_kernels_lib(given: Option<&Path>) -> Result<PathBuf> {
+    let candidates: Vec<PathBuf> = given
+        .map(Path::to_path_buf)
         .or_else(|| std::env::var_os("FUSEPROF_KERNELS_LIB").map(PathBuf::from))
         .into_iter()
         .chain(
@@ -193,7 +193,7 @@ pub fn select<'a>(advice: &'a Advice, cfg: &BenchConfig) -> Result<Vec<&'a Propo
 pub fn bench(run: &Path, cfg: &BenchConfig) -> Result<BenchReport> {
     let advice = advise_file(run, &cfg.advise)?;
     let chosen = select(&advice, cfg)?;
-    let lib = find_kernels_lib(cfg)?;
+    let lib = find_kernels_lib(cfg.kernels_lib.as_deref())?;
     let dir = tempdir()?;
     let job = Job {
         rounds: cfg.rounds.max(1),

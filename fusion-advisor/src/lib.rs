@@ -34,6 +34,7 @@ pub mod bench;
 mod chain;
 mod error;
 pub mod estimate;
+pub mod model_bench;
 mod render;
 mod rules;
 

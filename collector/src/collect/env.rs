@@ -129,12 +129,12 @@ fn libcupti_on_default_path() -> bool {
     })
 }
 
-fn prepend(var: &str, dir: &Path) -> OsString {
-    let mut parts = vec![dir.to_path_buf()];
+fn prepend(var: &str, dirs: &[PathBuf]) -> OsString {
+    let mut parts = dirs.to_vec();
     if let Some(old) = std::env::var_os(var) {
         parts.extend(std::env::split_paths(&old));
     }
-    std::env::join_paths(parts).unwrap_or_else(|_| dir.as_os_str().to_owned())
+    std::env::join_paths(&parts).unwrap_or_else(|_| parts[0].as_os_str().to_owned())
 }
 
 /// Sets the traced program's environment.
@@ -146,6 +146,12 @@ pub fn prepare(
     warnings: &mut Vec<String>,
 ) {
     cmd.env(spool::ENV_SPOOL_DIR, spool_dir);
+    for (k, v) in &cfg.env {
+        cmd.env(k, v);
+    }
+    if !cfg.python_path.is_empty() {
+        cmd.env("PYTHONPATH", prepend("PYTHONPATH", &cfg.python_path));
+    }
     if cfg.all_api {
         cmd.env("FUSEPROF_ALL_API", "1");
     }
@@ -174,7 +180,10 @@ pub fn prepare(
             let link_dir = spool_dir.join("cupti");
             match link_libcupti(&dir, &link_dir) {
                 Ok(()) => {
-                    cmd.env("LD_LIBRARY_PATH", prepend("LD_LIBRARY_PATH", &link_dir));
+                    cmd.env(
+                        "LD_LIBRARY_PATH",
+                        prepend("LD_LIBRARY_PATH", std::slice::from_ref(&link_dir)),
+                    );
                 }
                 Err(e) => warnings.push(format!(
                     "could not link libcupti from {} into {}: {e}",
@@ -197,7 +206,9 @@ pub fn prepare(
             .and_then(|()| std::fs::write(py_dir.join("fuseprof_ops.cpp"), OPS_OBSERVER));
         match written {
             Ok(()) => {
-                cmd.env("PYTHONPATH", prepend("PYTHONPATH", &py_dir));
+                let mut dirs = vec![py_dir.clone()];
+                dirs.extend(cfg.python_path.iter().cloned());
+                cmd.env("PYTHONPATH", prepend("PYTHONPATH", &dirs));
                 cmd.env("FUSEPROF_PYTORCH", mode);
             }
             Err(e) => warnings.push(format!(

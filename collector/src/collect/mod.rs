@@ -16,6 +16,8 @@
 //!     command: vec!["python".into(), "train.py".into()],
 //!     tracer_path: None,
 //!     all_api: false,
+//!     python_path: Vec::new(),
+//!     env: Vec::new(),
 //! };
 //! let outcome = run(&cfg)?;
 //! for w in &outcome.warnings {
@@ -138,6 +140,11 @@ pub struct CollectConfig {
     /// Also record the pure query calls (`cudaGetDevice`, `cuDevicePrimaryCtxGetState`, ...)
     /// that are skipped by default, as Nsight Systems skips them.
     pub all_api: bool,
+    /// Folders put on the program's PYTHONPATH behind fuseprof's own PyTorch hook (whose
+    /// sitecustomize runs the next one on the path), e.g. `bench`'s patch layer.
+    pub python_path: Vec<PathBuf>,
+    /// More environment for the program.
+    pub env: Vec<(OsString, OsString)>,
 }
 
 /// How a collection went. The run file is valid (possibly empty) whenever this is returned.
