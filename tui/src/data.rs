@@ -1,0 +1,396 @@
+//! Reading a run for the timeline: its tracks and bounds (index seeks only), the whole-run
+//! summary (one pass per table, published table by table), and raw windows of one track.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use fuseprof_store::{RowEstimates, Store, StrId};
+
+use crate::model::*;
+use crate::{Error, Result};
+
+/// A track as the timeline lists it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Track {
+    pub key: TrackKey,
+    pub label: String,
+}
+
+/// What is known about a run before any record is read.
+#[derive(Clone, Debug)]
+pub struct Meta {
+    pub path: PathBuf,
+    pub tracks: Vec<Track>,
+    pub first_ns: i64,
+    pub last_ns: i64,
+    pub rows: RowEstimates,
+}
+
+impl Meta {
+    /// The track index of a stream or thread.
+    pub fn track_index(&self) -> HashMap<TrackKey, usize> {
+        self.tracks
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.key, i))
+            .collect()
+    }
+}
+
+/// Opens `path` as a run for the timeline: refuses what is not a run and runs without GPU
+/// records.
+pub fn open(path: &Path) -> Result<(Store, Meta)> {
+    let mut store = Store::open(path)?;
+    let rows = store.row_estimates()?;
+    if rows.kernels == 0 && rows.memops == 0 {
+        return Err(Error::NoGpuWork { path: path.into() });
+    }
+    let streams = store.timeline_streams()?;
+    let mut threads = store.timeline_threads()?;
+    let processes: Vec<i64> = store.processes()?.into_iter().map(|p| p.0).collect();
+    // GPU-side ranges use (device, stream) as (pid, tid): those keys are streams, not threads.
+    threads.retain(|t| !streams.contains(t) || processes.contains(&t.0));
+    let names: HashMap<(i64, i64), String> = store
+        .threads()?
+        .into_iter()
+        .filter_map(|(p, t, n)| n.map(|n| ((p, t), n)))
+        .collect();
+    let (first_ns, last_ns) = store.timeline_bounds(&streams, &threads)?.unwrap_or((0, 1));
+    let mut tracks: Vec<Track> = streams
+        .iter()
+        .map(|&(device, stream)| Track {
+            key: TrackKey::Stream { device, stream },
+            label: format!("GPU{device} s{stream}"),
+        })
+        .collect();
+    tracks.extend(threads.iter().map(|&(pid, tid)| Track {
+        key: TrackKey::Thread { pid, tid },
+        label: match names.get(&(pid, tid)) {
+            Some(n) if !n.is_empty() => format!("{n} {tid}"),
+            _ if pid == tid => format!("main {tid}"),
+            _ => format!("thread {tid}"),
+        },
+    }));
+    Ok((
+        store,
+        Meta {
+            path: path.into(),
+            tracks,
+            first_ns,
+            last_ns: last_ns.max(first_ns + 1),
+            rows,
+        },
+    ))
+}
+
+/// One table's lanes of the summary, as the pass finishes them.
+pub struct PassPart {
+    pub table: &'static str,
+    pub lanes: HashMap<LaneId, LaneBins>,
+}
+
+/// The whole-run summary: one lean page scan per table (kernels and memops, ranges, API
+/// calls), each table's lanes handed to `publish` when its scan ends.
+pub fn summarize(
+    store: &mut Store,
+    names: &NameInfo,
+    meta: &Meta,
+    summary: &Summary,
+    mut publish: impl FnMut(PassPart),
+) -> Result<()> {
+    let index = meta.track_index();
+    let mut builders: HashMap<LaneId, BinBuilder> = HashMap::new();
+    let mut last: Option<((i64, i64), usize)> = None;
+    let mut stream_track = |d: i64, s: i64| -> Option<usize> {
+        if let Some((k, t)) = last {
+            if k == (d, s) {
+                return Some(t);
+            }
+        }
+        let t = *index.get(&TrackKey::Stream {
+            device: d,
+            stream: s,
+        })?;
+        last = Some(((d, s), t));
+        Some(t)
+    };
+    let kernel_key: Vec<u32> = (0..names.class.len())
+        .map(|i| class_index(names.class[i]))
+        .collect();
+    store.for_each_span_kernel(|k| {
+        if let Some(t) = stream_track(k.device_id, k.stream_id) {
+            let key = kernel_key.get(k.name.0 as usize).copied().unwrap_or(11);
+            builders
+                .entry((t, LaneKind::Gpu))
+                .or_insert_with(|| BinBuilder::new(true))
+                .add(
+                    summary,
+                    k.start_ns,
+                    k.end_ns,
+                    key,
+                    k.name,
+                    ItemRef::At(k.start_ns, k.name),
+                );
+        }
+    })?;
+    store.for_each_span_memop(|m| {
+        if let Some(t) = stream_track(m.device_id, m.stream_id) {
+            let kind = match m.kind {
+                fuseprof_store::MemopKind::Memcpy => fuseprof_store::GpuKind::Memcpy,
+                fuseprof_store::MemopKind::Memset => fuseprof_store::GpuKind::Memset,
+            };
+            builders
+                .entry((t, LaneKind::Gpu))
+                .or_insert_with(|| BinBuilder::new(true))
+                .add(
+                    summary,
+                    m.start_ns,
+                    m.end_ns,
+                    names.gpu_key(kind, StrId(0)),
+                    StrId(0),
+                    ItemRef::At(m.start_ns, StrId(0)),
+                );
+        }
+    })?;
+    publish(PassPart {
+        table: "kernels",
+        lanes: builders
+            .drain()
+            .map(|(k, b)| (k, b.finish(summary)))
+            .collect(),
+    });
+
+    // Ranges: stored depth where the source gives it (fuseprof's own runs), else nested per
+    // thread in start order.
+    let mut last_thread: Option<((i64, i64), usize)> = None;
+    let mut reorder: HashMap<usize, (Reorder<(LaneKindBase, StrId)>, Nester)> = HashMap::new();
+    let add = |builders: &mut HashMap<LaneId, BinBuilder>,
+               t: usize,
+               lane: LaneKind,
+               s: i64,
+               e: i64,
+               name: StrId| {
+        builders
+            .entry((t, lane))
+            .or_insert_with(|| BinBuilder::new(false))
+            .add(summary, s, e, name.0 as u32, name, ItemRef::At(s, name));
+    };
+    store.for_each_span_range(|r| {
+        let group = names.range_group(r.kind, r.domain, r.name);
+        let key = match group {
+            Group::Gpu => TrackKey::Stream {
+                device: r.pid,
+                stream: r.tid,
+            },
+            _ => TrackKey::Thread {
+                pid: r.pid,
+                tid: r.tid,
+            },
+        };
+        let t = match last_thread {
+            Some((k, t)) if k == (r.pid, r.tid) && group != Group::Gpu => t,
+            _ => {
+                let Some(&t) = index.get(&key) else { return };
+                if group != Group::Gpu {
+                    last_thread = Some(((r.pid, r.tid), t));
+                }
+                t
+            }
+        };
+        let end = r.end_ns.unwrap_or(r.start_ns).max(r.start_ns);
+        match (group, r.depth) {
+            (Group::Module | Group::Range, None) => {
+                let base = if group == Group::Module {
+                    LaneKindBase::Module
+                } else {
+                    LaneKindBase::Range
+                };
+                let (buf, nester) = reorder
+                    .entry(t)
+                    .or_insert_with(|| (Reorder::new(1 << 20), Nester::default()));
+                if let Some((s, e, (base, name))) = buf.push(r.start_ns, end, (base, r.name)) {
+                    let d = nester.push(s, e);
+                    add(&mut builders, t, base.lane(d), s, e, name);
+                }
+            }
+            (g, d) => add(
+                &mut builders,
+                t,
+                lane_of(g, d.unwrap_or(0)),
+                r.start_ns,
+                end,
+                r.name,
+            ),
+        }
+    })?;
+    for (t, (mut buf, mut nester)) in reorder {
+        while let Some((s, e, (base, name))) = buf.pop() {
+            let d = nester.push(s, e);
+            add(&mut builders, t, base.lane(d), s, e, name);
+        }
+    }
+    publish(PassPart {
+        table: "ranges",
+        lanes: builders
+            .drain()
+            .map(|(k, b)| (k, b.finish(summary)))
+            .collect(),
+    });
+
+    let mut last_thread: Option<((i64, i64), usize)> = None;
+    store.for_each_span_api_call(|a| {
+        let t = match last_thread {
+            Some((k, t)) if k == (a.pid, a.tid) => t,
+            _ => {
+                let Some(&t) = index.get(&TrackKey::Thread {
+                    pid: a.pid,
+                    tid: a.tid,
+                }) else {
+                    return;
+                };
+                last_thread = Some(((a.pid, a.tid), t));
+                t
+            }
+        };
+        builders
+            .entry((t, LaneKind::Api))
+            .or_insert_with(|| BinBuilder::new(false))
+            .add(
+                summary,
+                a.start_ns,
+                a.end_ns,
+                0,
+                StrId(0),
+                ItemRef::At(a.start_ns, StrId(0)),
+            );
+    })?;
+    publish(PassPart {
+        table: "api_calls",
+        lanes: builders
+            .drain()
+            .map(|(k, b)| (k, b.finish(summary)))
+            .collect(),
+    });
+    Ok(())
+}
+
+/// A lane group that takes a depth.
+#[derive(Clone, Copy, Debug)]
+pub enum LaneKindBase {
+    Module,
+    Range,
+}
+
+impl LaneKindBase {
+    fn lane(self, depth: i64) -> LaneKind {
+        match self {
+            LaneKindBase::Module => lane_of(Group::Module, depth),
+            LaneKindBase::Range => lane_of(Group::Range, depth),
+        }
+    }
+}
+
+/// The records of track `track` in `[from_ns, to_ns)` read through the indexes, with what
+/// is open at `from_ns`: long records the summary kept (`long`, by lane), else the ranges the
+/// store finds open there.
+pub fn read_raw(
+    store: &mut Store,
+    names: &NameInfo,
+    key: TrackKey,
+    from_ns: i64,
+    to_ns: i64,
+    long: Option<&[(LaneKind, Span)]>,
+    lookback_ns: i64,
+) -> Result<RawWindow> {
+    let limit = RAW_LIMIT as i64;
+    let read_from = from_ns.saturating_sub(lookback_ns);
+    let mut w = RawWindow {
+        from_ns,
+        to_ns,
+        lanes: BTreeMap::new(),
+        complete: true,
+        records: 0,
+    };
+    match key {
+        TrackKey::Stream { device, stream } => {
+            let gpu = store.stream_window(device, stream, read_from, to_ns, limit)?;
+            w.complete &= gpu.len() < limit as usize;
+            w.records += gpu.len();
+            let mut spans = Vec::new();
+            if let Some(long) = long {
+                spans.extend(
+                    long.iter()
+                        .filter(|(l, s)| *l == LaneKind::Gpu && s.start_ns < read_from)
+                        .map(|(_, s)| *s),
+                );
+            }
+            gpu_spans(names, &gpu, &mut spans);
+            if !spans.is_empty() {
+                w.lanes.insert(LaneKind::Gpu, spans);
+            }
+            let ranges = store.thread_ranges_window(device, stream, read_from, to_ns, limit)?;
+            w.complete &= ranges.len() < limit as usize;
+            w.records += ranges.len();
+            let open: Vec<(LaneKind, Span)> = long
+                .unwrap_or(&[])
+                .iter()
+                .filter(|(l, s)| *l == LaneKind::GpuRanges && s.start_ns < read_from)
+                .copied()
+                .collect();
+            if !ranges.is_empty() || !open.is_empty() {
+                range_spans(names, &ranges, &open, &mut w.lanes);
+            }
+        }
+        TrackKey::Thread { pid, tid } => {
+            let mut ranges = store.thread_ranges_window(pid, tid, read_from, to_ns, limit)?;
+            w.complete &= ranges.len() < limit as usize;
+            w.records += ranges.len();
+            let open: Vec<(LaneKind, Span)> = match long {
+                Some(long) => long
+                    .iter()
+                    .filter(|(l, s)| *l != LaneKind::Api && s.start_ns < read_from)
+                    .copied()
+                    .collect(),
+                None => {
+                    // No summary yet: ask the store what is open at the read start.
+                    let mut open = store.ranges_open_at(pid, tid, read_from, 5_000)?;
+                    open.retain(|r| r.start_ns < read_from);
+                    open.reverse();
+                    ranges.splice(0..0, open);
+                    Vec::new()
+                }
+            };
+            range_spans(names, &ranges, &open, &mut w.lanes);
+            let api = store.thread_api_window(pid, tid, read_from, to_ns, limit)?;
+            w.complete &= api.len() < limit as usize;
+            w.records += api.len();
+            if !api.is_empty() {
+                w.lanes.insert(
+                    LaneKind::Api,
+                    api.iter()
+                        .map(|a| Span {
+                            start_ns: a.start_ns,
+                            end_ns: a.end_ns.max(a.start_ns),
+                            key: a.name.0 as u32,
+                            name: a.name,
+                            item: ItemRef::Api(a.id),
+                        })
+                        .collect(),
+                );
+            }
+        }
+    }
+    Ok(w)
+}
+
+/// The long records of the summary for one track, with their lanes.
+pub fn long_spans(summary: &Summary, track: usize) -> Vec<(LaneKind, Span)> {
+    let mut out: Vec<(LaneKind, Span)> = summary
+        .lanes
+        .iter()
+        .filter(|((t, _), _)| *t == track)
+        .flat_map(|((_, lane), bins)| bins.long.iter().map(move |s| (*lane, *s)))
+        .collect();
+    out.sort_by_key(|(l, s)| (s.start_ns, *l));
+    out
+}
