@@ -176,6 +176,9 @@ pub struct App {
     pub plot: Rect,
     /// Rows drawn per run in the last frame (run, first row, row count).
     pub drag: Option<(u16, i64, i64)>,
+    /// Whether the last frame drew columns not known yet (·), or estimated from samples.
+    pub frame_unknown: bool,
+    pub frame_sampled: bool,
     names: Vec<Option<NameIndex>>,
     pub(crate) cfg: TuiConfig,
 }
@@ -227,6 +230,8 @@ impl App {
             quit: false,
             plot: Rect::new(0, 0, 80, 10),
             drag: None,
+            frame_unknown: false,
+            frame_sampled: false,
             names: (0..n).map(|_| None).collect(),
             cfg,
         };

@@ -65,6 +65,18 @@ pub fn tick(t: i64, step: i64) -> String {
     format!("{v:.decimals$} {unit}")
 }
 
+/// A time far into a run, in seconds with the decimals that ticks `step` apart need:
+/// `14595.020 s`.
+pub fn at(t: i64, step: i64) -> String {
+    let mut decimals = 0usize;
+    let mut unit = 1_000_000_000i64;
+    while unit > step.max(1) && decimals < 9 {
+        unit /= 10;
+        decimals += 1;
+    }
+    format!("{:.decimals$} s", t as f64 / 1e9)
+}
+
 /// The demangled name of a C++ symbol, or the name as it is.
 pub fn demangle(name: &str) -> String {
     if name.starts_with("_Z") {
@@ -141,6 +153,7 @@ mod tests {
         assert_eq!(nice_step(1_200.0), 2_000);
         assert_eq!(tick(12_500_000, 500_000), "12.5 ms");
         assert_eq!(count(1234567), "1,234,567");
+        assert_eq!(at(14_595_020_000_000, 5_000_000), "14595.020 s");
         assert_eq!(
             short_kernel("_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEENS_6detail5ArrayIPcLi1EEEEEviT0_T1_"),
             "at::native::vectorized_elementwise_kernel"

@@ -40,7 +40,20 @@ enum Msg {
     Part(PassPart),
     PassDone(std::result::Result<f64, String>),
     Raw(usize, std::result::Result<RawWindow, String>),
+    Probe(usize, std::result::Result<Probe, String>),
     Analysis(Option<usize>, std::result::Result<Arc<Analyzed>, String>),
+}
+
+/// What the window-reading thread is asked for.
+enum Req {
+    Raw(RawReq),
+    Probe {
+        track: usize,
+        key: TrackKey,
+        from_ns: i64,
+        to_ns: i64,
+        cols: usize,
+    },
 }
 
 struct RawReq {
@@ -69,9 +82,14 @@ pub struct RunState {
     loading: Loading,
     tx: Sender<Msg>,
     rx: Receiver<Msg>,
-    raw_tx: Option<Sender<RawReq>>,
+    raw_tx: Option<Sender<Req>>,
+    /// Sampled columns per track for the last view asked for, and probes under way.
+    probes: HashMap<usize, Probe>,
+    probe_pending: HashMap<usize, (i64, i64, usize)>,
     pub opened: Instant,
     pub errors: Vec<String>,
+    /// Per track, prefix sums of record counts over the summary's bins (for estimates).
+    counts: HashMap<usize, Vec<u64>>,
 }
 
 impl RunState {
@@ -96,8 +114,11 @@ impl RunState {
             tx,
             rx,
             raw_tx: None,
+            probes: HashMap::new(),
+            probe_pending: HashMap::new(),
             opened,
             errors: Vec::new(),
+            counts: HashMap::new(),
         };
         match loading {
             Loading::Blocking => {
@@ -138,7 +159,7 @@ impl RunState {
                     .map_err(|e| e.to_string()),
             ));
         });
-        let (raw_tx, raw_rx) = channel::<RawReq>();
+        let (raw_tx, raw_rx) = channel::<Req>();
         self.raw_tx = Some(raw_tx);
         let path = self.meta.path.clone();
         let tx = self.tx.clone();
@@ -146,17 +167,42 @@ impl RunState {
             let Ok(mut store) = Store::open(&path) else {
                 return;
             };
+            // Windows next to each other share pages: keep twice what SQLite keeps by default.
+            let _ = store.set_cache_kib(16 * 1024);
             let Ok(names) = NameInfo::load(&mut store) else {
                 return;
             };
             while let Ok(first) = raw_rx.recv() {
-                // Only the newest request per track matters: the view has moved on.
-                let mut latest: HashMap<usize, RawReq> = HashMap::new();
-                latest.insert(first.track, first);
+                // Only the newest request per track matters: the view has moved on. Probes
+                // (the picture before the summary) go first.
+                let mut raws: HashMap<usize, RawReq> = HashMap::new();
+                let mut probes: HashMap<usize, (TrackKey, i64, i64, usize)> = HashMap::new();
+                let mut take = |r: Req| match r {
+                    Req::Raw(r) => {
+                        raws.insert(r.track, r);
+                    }
+                    Req::Probe {
+                        track,
+                        key,
+                        from_ns,
+                        to_ns,
+                        cols,
+                    } => {
+                        probes.insert(track, (key, from_ns, to_ns, cols));
+                    }
+                };
+                take(first);
                 while let Ok(r) = raw_rx.try_recv() {
-                    latest.insert(r.track, r);
+                    take(r);
                 }
-                for (_, r) in latest {
+                for (track, (key, from, to, cols)) in probes {
+                    let p = data::probe(&mut store, &names, key, from, to, cols)
+                        .map_err(|e| e.to_string());
+                    if tx.send(Msg::Probe(track, p)).is_err() {
+                        return;
+                    }
+                }
+                for (_, r) in raws {
                     let w = data::read_raw(
                         &mut store,
                         &names,
@@ -178,6 +224,18 @@ impl RunState {
     fn add_part(&mut self, p: PassPart) {
         self.parts_done.push(p.table);
         self.summary.lanes.extend(p.lanes);
+        self.counts.clear();
+        for ((t, _), bins) in &self.summary.lanes {
+            let prefix = self
+                .counts
+                .entry(*t)
+                .or_insert_with(|| vec![0; SUMMARY_BINS + 1]);
+            let mut acc = 0u64;
+            for (i, &c) in bins.levels[0].count.iter().enumerate() {
+                acc += c as u64;
+                prefix[i + 1] += acc;
+            }
+        }
         // Raw windows read before the summary had no long records: read them again.
         self.raw.clear();
         self.dense.clear();
@@ -205,6 +263,14 @@ impl RunState {
                         self.dense.insert(track, (w.from_ns, w.to_ns));
                     }
                 }
+                Msg::Probe(track, Ok(p)) => {
+                    self.probe_pending.remove(&track);
+                    self.probes.insert(track, p);
+                }
+                Msg::Probe(track, Err(e)) => {
+                    self.probe_pending.remove(&track);
+                    self.errors.push(format!("sampling a view: {e}"));
+                }
                 Msg::Raw(track, Err(e)) => {
                     self.pending.remove(&track);
                     self.errors.push(format!("reading a window: {e}"));
@@ -223,10 +289,17 @@ impl RunState {
         changed
     }
 
+    /// Whether the timeline has all it asked for: the summary of every table, and no raw
+    /// window still being read.
+    pub fn timeline_ready(&self) -> bool {
+        self.summary_complete() && self.pending.is_empty()
+    }
+
     /// Whether work is under way that will change what is drawn.
     pub fn busy(&self) -> bool {
         !self.summary_complete()
             || !self.pending.is_empty()
+            || !self.probe_pending.is_empty()
             || self
                 .analyses
                 .values()
@@ -244,6 +317,11 @@ impl RunState {
         }
         if let Some(w) = self.raw.get(&track) {
             set.extend(w.lanes.keys().copied());
+        }
+        if !self.summary_complete() {
+            if let Some(p) = self.probes.get(&track) {
+                set.extend(p.lanes.keys().copied());
+            }
         }
         match self.meta.tracks[track].key {
             TrackKey::Stream { .. } => {
@@ -278,14 +356,13 @@ impl RunState {
         {
             return None;
         }
-        if let Some(est) = self.estimate(track, want.0, want.1) {
-            if est > RAW_LIMIT as f64 * 0.8 {
-                return None;
-            }
-        } else if self.parts_done.is_empty() && span > (self.meta.last_ns - self.meta.first_ns) / 8
-        {
-            // Nothing known yet and a wide view: the summary will be quicker.
-            return None;
+        match self.estimate(track, want.0, want.1) {
+            Some(est) if est > RAW_LIMIT as f64 * 0.8 => return None,
+            Some(_) => {}
+            // Nothing known yet about this track and a wide view: its summary will come
+            // sooner than a read that would stop at the limit.
+            None if span > (self.meta.last_ns - self.meta.first_ns) / 64 => return None,
+            None => {}
         }
         if self.pending.get(&track).is_some_and(|&p| covers(p)) {
             return None;
@@ -321,14 +398,14 @@ impl RunState {
             Loading::Background => {
                 self.pending.insert(track, want);
                 if let Some(tx) = &self.raw_tx {
-                    let _ = tx.send(RawReq {
+                    let _ = tx.send(Req::Raw(RawReq {
                         track,
                         key,
                         from_ns: want.0,
                         to_ns: want.1,
                         long,
                         lookback_ns: lookback,
-                    });
+                    }));
                 }
                 None
             }
@@ -338,22 +415,27 @@ impl RunState {
     /// Records of a track in `[from, to)` by the summary's counts; None before its summary.
     fn estimate(&self, track: usize, from: i64, to: i64) -> Option<f64> {
         let s = &self.summary;
-        let mut any = false;
-        let mut total = 0.0;
+        let Some(prefix) = self.counts.get(&track) else {
+            return self.summary_complete().then_some(0.0);
+        };
         let b0 = ((from - s.t0_ns) / s.bin_ns).clamp(0, SUMMARY_BINS as i64 - 1) as usize;
         let b1 = ((to - s.t0_ns) / s.bin_ns).clamp(0, SUMMARY_BINS as i64 - 1) as usize;
-        for ((t, _), bins) in &s.lanes {
-            if *t != track {
-                continue;
-            }
-            any = true;
-            total += bins.count[b0..=b1].iter().map(|&c| c as f64).sum::<f64>();
-        }
-        (any || self.summary_complete()).then_some(total)
+        Some((prefix[b1 + 1] - prefix[b0]) as f64)
+    }
+
+    /// Whether the summary pass has read the table that `lane` draws.
+    fn part_done(&self, lane: LaneKind) -> bool {
+        let table = match lane {
+            LaneKind::Gpu => "kernels",
+            LaneKind::Api => "api_calls",
+            _ => "ranges",
+        };
+        self.parts_done.contains(&table)
     }
 
     /// One lane's columns for `[from, to)`: from the raw window where it covers the view,
-    /// else from the summary, else unknown.
+    /// else from the summary, else (before the summary has the lane's table) from index
+    /// samples, else unknown.
     pub fn cells(
         &mut self,
         track: usize,
@@ -369,16 +451,66 @@ impl RunState {
                 None => cells_from_spans(&[], from, to, n, by_class),
             };
         }
-        match self.summary.lanes.get(&(track, lane)) {
-            Some(bins) => cells_from_bins(&self.summary, bins, from, to, n),
-            None if self.summary_complete() => vec![
-                Cell {
-                    known: true,
-                    ..Cell::default()
-                };
-                n
-            ],
+        if let Some(bins) = self.summary.lanes.get(&(track, lane)) {
+            return cells_from_bins(&self.summary, bins, from, to, n);
+        }
+        let empty = Cell {
+            known: true,
+            ..Cell::default()
+        };
+        if self.part_done(lane) {
+            return vec![empty; n];
+        }
+        match self.probe_for(track, from, to, n) {
+            Some(p) => p.lanes.get(&lane).cloned().unwrap_or_else(|| {
+                vec![
+                    Cell {
+                        sampled: true,
+                        ..empty
+                    };
+                    n
+                ]
+            }),
             None => vec![Cell::default(); n],
+        }
+    }
+
+    /// The sampled columns of `track` for exactly this view, asked for when missing.
+    fn probe_for(&mut self, track: usize, from: i64, to: i64, n: usize) -> Option<&Probe> {
+        let want = (from, to, n);
+        if self
+            .probes
+            .get(&track)
+            .is_some_and(|p| (p.from_ns, p.to_ns, p.cols) == want)
+        {
+            return self.probes.get(&track);
+        }
+        let key = self.meta.tracks[track].key;
+        match self.loading {
+            Loading::Blocking => {
+                match data::probe(&mut self.store, &self.names, key, from, to, n) {
+                    Ok(p) => {
+                        self.probes.insert(track, p);
+                    }
+                    Err(e) => self.errors.push(e.to_string()),
+                }
+                self.probes.get(&track)
+            }
+            Loading::Background => {
+                if self.probe_pending.get(&track) != Some(&want) {
+                    self.probe_pending.insert(track, want);
+                    if let Some(tx) = &self.raw_tx {
+                        let _ = tx.send(Req::Probe {
+                            track,
+                            key,
+                            from_ns: from,
+                            to_ns: to,
+                            cols: n,
+                        });
+                    }
+                }
+                None
+            }
         }
     }
 

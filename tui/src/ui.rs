@@ -171,6 +171,8 @@ fn draw_timeline(f: &mut Frame, app: &mut App, area: Rect) {
     }
     let sel = app.selection;
     let flow = app.details.as_ref().and_then(|d| d.flow);
+    app.frame_unknown = false;
+    app.frame_sampled = false;
     let cursor_col = plot_w / 2;
     for (i, row) in rows.iter().enumerate().skip(app.scroll).take(height) {
         let y = lanes.y + (i - app.scroll) as u16;
@@ -201,6 +203,8 @@ fn draw_timeline(f: &mut Frame, app: &mut App, area: Rect) {
             Rect::new(lanes.x, y, LABEL_WIDTH - 1, 1),
         );
         let cells = run.cells(row.track, row.lane, from, to, plot_w as usize);
+        app.frame_unknown |= cells.iter().any(|c| !c.known);
+        app.frame_sampled |= cells.iter().any(|c| c.sampled);
         let names = &run.names;
         let buf = f.buffer_mut();
         let mut x = 0usize;
@@ -329,13 +333,22 @@ fn draw_axis(f: &mut Frame, app: &App, area: Rect) {
     let step = nice_step(span / w * 14.0);
     let t0 = app.runs[0].meta.first_ns;
     let first = (app.from_ns - t0).div_euclid(step) * step + step;
+    // Far into a run, full labels get long: the first tick then says where the view is, the
+    // others how far after it they are.
+    let relative = tick(first + step, step).chars().count() > 9;
     let buf = f.buffer_mut();
     let mut t = first;
     let mut last_end = 0u16;
     while ((t + t0 - app.from_ns) as f64) < span {
         let x = ((t + t0 - app.from_ns) as f64 / span * w) as u16;
-        let label = format!("|{}", tick(t, step));
-        if x >= last_end && x + label.len() as u16 <= area.width {
+        let label = if relative && t != first {
+            format!("|+{}", tick(t - first, step))
+        } else if relative {
+            format!("|{}", crate::format::at(t, step))
+        } else {
+            format!("|{}", tick(t, step))
+        };
+        if x >= last_end && x + label.chars().count() as u16 <= area.width {
             buf.set_string(area.x + x, area.y, &label, Style::new().fg(Color::Gray));
             last_end = x + label.chars().count() as u16 + 1;
         }
@@ -393,6 +406,9 @@ fn draw_status(f: &mut Frame, app: &App, area: Rect) {
         .map(|r| format!("summarising {}/3", r.parts_done.len()))
         .collect();
     parts.extend(loading);
+    if app.frame_sampled {
+        parts.push("≈ sampled".into());
+    }
     if app.runs.iter().any(|r| {
         r.analyses
             .values()

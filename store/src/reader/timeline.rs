@@ -234,6 +234,12 @@ impl Store {
         Ok(out)
     }
 
+    /// Sets how much of the file SQLite keeps in memory for this connection (its page
+    /// cache), in KiB: window reads next to each other share pages.
+    pub fn set_cache_kib(&mut self, kib: i64) -> Result<()> {
+        self.query(&format!("PRAGMA cache_size = -{}", kib.max(0)), &[], |_| {})
+    }
+
     /// Every (device, stream) with a kernel, copy or fill, in order.
     pub fn timeline_streams(&mut self) -> Result<Vec<(i64, i64)>> {
         let mut v = self.distinct_pairs("kernels", "device_id", "stream_id")?;
@@ -345,6 +351,103 @@ impl Store {
             |s| out.push(memop_span(s)),
         )?;
         out.sort_by_key(|g| (g.start_ns, g.kind, g.id));
+        Ok(out)
+    }
+
+    /// Samples of one stream for a screen: for each `start` in `starts`, the first `limit`
+    /// kernels and the first `limit` copies and fills that start in `[start, start +
+    /// width_ns)`, by start. One index seek per column and table, one prepared statement per
+    /// table.
+    pub fn stream_samples(
+        &mut self,
+        device_id: i64,
+        stream_id: i64,
+        starts: &[i64],
+        width_ns: i64,
+        limit: i64,
+    ) -> Result<Vec<Vec<GpuSpan>>> {
+        let mut out: Vec<Vec<GpuSpan>> = vec![Vec::new(); starts.len()];
+        let conn = &mut self.conn;
+        self.rt.block_on(async {
+            let mut h = conn.lock_handle().await?;
+            let db = h.as_raw_handle();
+            for (sql, memops) in [
+                (
+                    format!(
+                        "SELECT {GPU_COLUMNS} FROM kernels WHERE device_id = ?1 AND stream_id = ?2 \
+                         AND start_ns >= ?3 AND start_ns < ?4 ORDER BY start_ns, id LIMIT ?5"
+                    ),
+                    false,
+                ),
+                (
+                    format!(
+                        "SELECT {MEMOP_COLUMNS} FROM memops WHERE device_id = ?1 AND stream_id = ?2 \
+                         AND start_ns >= ?3 AND start_ns < ?4 ORDER BY start_ns, id LIMIT ?5"
+                    ),
+                    true,
+                ),
+            ] {
+                let mut st = Stmt::prepare(db, &sql)?;
+                for (i, &start) in starts.iter().enumerate() {
+                    st.reset();
+                    for (j, p) in [device_id, stream_id, start, start + width_ns, limit]
+                        .into_iter()
+                        .enumerate()
+                    {
+                        st.bind_i64(j as i32 + 1, p)?;
+                    }
+                    while st.step()? {
+                        out[i].push(if memops {
+                            memop_span(&st)
+                        } else {
+                            kernel_span(&st)
+                        });
+                    }
+                }
+            }
+            Ok::<(), crate::Error>(())
+        })?;
+        for v in &mut out {
+            v.sort_by_key(|g| (g.start_ns, g.kind, g.id));
+        }
+        Ok(out)
+    }
+
+    /// Samples of one thread's ranges for a screen: for each `start`, the first `limit` ranges
+    /// and marks that start in `[start, start + width_ns)`, by start.
+    pub fn thread_range_samples(
+        &mut self,
+        pid: i64,
+        tid: i64,
+        starts: &[i64],
+        width_ns: i64,
+        limit: i64,
+    ) -> Result<Vec<Vec<HostSpan>>> {
+        let mut out: Vec<Vec<HostSpan>> = vec![Vec::new(); starts.len()];
+        let conn = &mut self.conn;
+        self.rt.block_on(async {
+            let mut h = conn.lock_handle().await?;
+            let mut st = Stmt::prepare(
+                h.as_raw_handle(),
+                &format!(
+                    "SELECT {RANGE_COLUMNS} FROM ranges WHERE pid = ?1 AND tid = ?2 \
+                     AND start_ns >= ?3 AND start_ns < ?4 ORDER BY start_ns, id LIMIT ?5"
+                ),
+            )?;
+            for (i, &start) in starts.iter().enumerate() {
+                st.reset();
+                for (j, p) in [pid, tid, start, start + width_ns, limit]
+                    .into_iter()
+                    .enumerate()
+                {
+                    st.bind_i64(j as i32 + 1, p)?;
+                }
+                while st.step()? {
+                    out[i].push(host_span(&st));
+                }
+            }
+            Ok::<(), crate::Error>(())
+        })?;
         Ok(out)
     }
 
@@ -926,6 +1029,23 @@ mod tests {
         );
         let api = s.thread_api_window(1, 1, 0, 2_000, 100).unwrap();
         assert_eq!(api.len(), 2);
+
+        // Samples: two kernels at most from each of three columns.
+        let samples = s
+            .stream_samples(0, 7, &[0, 10_000, 60_000], 10_000, 2)
+            .unwrap();
+        assert_eq!(
+            samples
+                .iter()
+                .map(|v| v.iter().map(|g| g.start_ns).collect::<Vec<_>>())
+                .collect::<Vec<_>>(),
+            [vec![100, 1_100], vec![10_100, 11_100], vec![]]
+        );
+        let samples = s
+            .thread_range_samples(1, 1, &[0, 49_000], 1_000, 5)
+            .unwrap();
+        assert_eq!(samples[0].len(), 2);
+        assert_eq!(samples[1].len(), 1);
 
         // Open at 3,200: inner ranges end at 3,500, the outer one at 100,000.
         let open = s.ranges_open_at(1, 1, 3_200, 1_000).unwrap();
