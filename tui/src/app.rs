@@ -170,6 +170,8 @@ pub struct App {
     /// Step selector open, with its cursor (0 = whole run, k + 1 = step k).
     pub step_popup: Option<usize>,
     pub help: bool,
+    /// Which diff table the diff view shows: ops, shapes, kernels.
+    pub diff_table: usize,
     pub message: String,
     pub quit: bool,
     /// Where the last frame drew the timeline's plot (mouse and pan steps use it).
@@ -226,6 +228,7 @@ impl App {
             current_step: None,
             step_popup: None,
             help: false,
+            diff_table: 0,
             message: String::new(),
             quit: false,
             plot: Rect::new(0, 0, 80, 10),
@@ -386,6 +389,7 @@ impl App {
                 self.runs[0].analysis(None);
             }
             _ => match self.view {
+                View::Diff if k.code == KeyCode::Char('t') => self.diff_table += 1,
                 View::Timeline | View::Diff => self.on_timeline_key(k),
                 View::Hotspots => self.on_hotspots_key(k),
                 View::Tree => self.on_tree_key(k),

@@ -891,15 +891,14 @@ fn draw_diff(f: &mut Frame, app: &mut App, area: Rect) {
     let d = fuseprof_analyzer::diff(&a.analysis, &b.analysis);
     let mut lines = vec![Line::from(TSpan::styled(
         format!(
-            " {} -> {}: {} -> {} per {} ({:+.1}%), {} ops, {} kernels changed",
+            " diff {} (t: next table)  {} -> {}: {} -> {} per {} ({:+.1}%)",
+            ["by op", "by shape", "by kernel"][app.diff_table % 3],
             d.before,
             d.after,
             dur(d.before_gpu_ns as i64),
             dur(d.after_gpu_ns as i64),
             if d.unit == "per_step" { "step" } else { "run" },
             d.delta_pct,
-            d.ops.len(),
-            d.kernels.len()
         ),
         Style::new().add_modifier(Modifier::BOLD),
     ))];
@@ -908,12 +907,22 @@ fn draw_diff(f: &mut Frame, app: &mut App, area: Rect) {
     lines.push(Line::from(TSpan::styled(
         format!(
             "{:<name_w$}{:>10}{:>11}{:>11}{:>11}{:>11}",
-            "op", "status", "before", "after", "delta", "count"
+            ["op", "op and shapes", "kernel"][app.diff_table % 3],
+            "status",
+            "before",
+            "after",
+            "delta",
+            "count"
         ),
         Style::new().add_modifier(Modifier::UNDERLINED),
     )));
     let h = area.height.saturating_sub(2) as usize;
-    for r in d.ops.iter().take(h) {
+    let rows = match app.diff_table % 3 {
+        0 => &d.ops,
+        1 => &d.shapes,
+        _ => &d.kernels,
+    };
+    for r in rows.iter().take(h) {
         let color = match r.delta_ns {
             x if x > 0.0 => Color::LightRed,
             x if x < 0.0 => Color::LightGreen,
@@ -922,7 +931,14 @@ fn draw_diff(f: &mut Frame, app: &mut App, area: Rect) {
         lines.push(Line::from(TSpan::styled(
             format!(
                 "{:<name_w$}{:>10}{:>11}{:>11}{:>11}{:>11}",
-                fit(&r.name, name_w - 1),
+                fit(
+                    &match app.diff_table % 3 {
+                        1 => format!("{} {}", r.name, r.detail.clone().unwrap_or_default()),
+                        2 => short_kernel(&r.name),
+                        _ => r.name.clone(),
+                    },
+                    name_w - 1
+                ),
                 format!("{:?}", r.status).to_lowercase(),
                 dur(r.before_ns as i64),
                 dur(r.after_ns as i64),
@@ -986,7 +1002,7 @@ fn draw_step_popup(f: &mut Frame, app: &mut App, area: Rect) {
 
 fn draw_help(f: &mut Frame, area: Rect) {
     let text = "\
- Views      1 timeline  2 hotspots  3 operator tree  4 details  5 diff   Tab / Shift-Tab cycle
+ Views      1 timeline  2 hotspots  3 operator tree  4 details  5 diff (t: its table)   Tab cycles
  Timeline   h/l or ←/→ pan   H/L pan a screen   +/- zoom   0 fit the run   mouse: wheel zooms, drag pans
             j/k or ↑/↓ lane   Enter/Space or click select   ,/. previous/next record on the lane
             f follow the launch flow (kernel <-> API call)   z zoom to the selection   Esc clear

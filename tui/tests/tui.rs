@@ -126,6 +126,14 @@ fn diff_view_snapshot() {
     ]);
     assert_eq!(a.view, View::Diff);
     insta::assert_snapshot!("diff_trace_compare", screen(&mut a, 120, 30));
+    // t steps through the op, shape and kernel tables.
+    keys(&mut a, "tt");
+    let kernels = screen(&mut a, 120, 30);
+    let header = |s: &str| s.lines().nth(2).unwrap_or_default().to_string();
+    assert!(header(&kernels).starts_with("kernel "), "{kernels}");
+    assert!(kernels.contains("diff by kernel"), "{kernels}");
+    key(&mut a, KeyCode::Char('t'));
+    assert!(header(&screen(&mut a, 120, 30)).starts_with("op "));
 }
 
 #[test]
