@@ -135,10 +135,14 @@ fn draw_tabs(f: &mut Frame, app: &App, area: Rect) {
 }
 
 fn draw_timeline(f: &mut Frame, app: &mut App, area: Rect) {
-    let details_h = if app.details.is_some() && area.height >= 20 {
-        8
-    } else {
-        0
+    // The details of a selection take the rows the lanes leave free, at least 6 of them.
+    let lanes_h = app.rows().len() as u16 + 1;
+    let details_h = match app.details {
+        Some(_) if area.height >= 18 => area
+            .height
+            .saturating_sub(lanes_h)
+            .clamp(6, area.height / 2),
+        _ => 0,
     };
     let [plot_area, details_area] =
         Layout::vertical([Constraint::Min(3), Constraint::Length(details_h)]).areas(area);
@@ -442,10 +446,13 @@ fn draw_details(f: &mut Frame, app: &App, area: Rect, full: bool) {
         d.title.clone(),
         Style::new().add_modifier(Modifier::BOLD),
     ))];
+    // Under the timeline each value keeps to one line (the Details view wraps them whole).
+    let width = (area.width as usize).saturating_sub(21).max(10);
     for (k, v) in &d.lines {
+        let v = if full { v.clone() } else { fit(v, width) };
         lines.push(Line::from(vec![
             TSpan::styled(format!("{k:>18}  "), Style::new().fg(Color::Gray)),
-            TSpan::raw(v.clone()),
+            TSpan::raw(v),
         ]));
     }
     if d.flow.is_some() {
