@@ -563,8 +563,11 @@ impl App {
         match found {
             Some(span) => self.select(row.run, row.track, Some(row.lane), span),
             None => {
-                self.message = if self.runs[row.run].raw.contains_key(&row.track) {
+                let r = &self.runs[row.run];
+                self.message = if r.raw.contains_key(&row.track) {
                     "nothing under the cursor on this lane".into()
+                } else if r.reading(row.track) {
+                    "this window is still being read: try again in a moment".into()
                 } else {
                     "zoom in to select: this view is drawn from the summary".into()
                 }
@@ -655,13 +658,16 @@ impl App {
         let o = self.offsets[run];
         let (s, e) = (s - o, e - o);
         let span = self.to_ns - self.from_ns;
+        // The record and as much again each side; without `zoom`, the view keeps its width
+        // unless it is so wide that the record would not show (then 1/64 of it at a time).
         let want = ((e - s) * 3).max(1_000);
-        let new_span = if zoom || span > want * 2000 {
-            want.max(span / 64).min(span)
+        let new_span = if zoom {
+            want
+        } else if span > want * 2000 {
+            want.max(span / 64)
         } else {
             span
         };
-        let new_span = if zoom { want } else { new_span };
         let mid = s / 2 + e / 2;
         self.set_window(mid - new_span / 2, mid + new_span / 2);
         // Bring the selected track's lane into the cursor.

@@ -55,8 +55,8 @@ pub use ui::{draw, MIN_HEIGHT, MIN_WIDTH};
 
 /// Opens the runs in `cfg` and runs the explorer in the terminal until `q`.
 pub fn run(cfg: TuiConfig) -> Result<()> {
-    // Refuse before reading anything: without a terminal there is nothing to show it on.
-    term::check_tty()?;
+    // The files first: a wrong file is the more useful thing to hear about.
     let app = App::new(cfg)?;
+    term::check_tty()?;
     term::run(app)
 }

@@ -289,6 +289,11 @@ impl RunState {
         changed
     }
 
+    /// Whether a raw window of `track` is being read.
+    pub fn reading(&self, track: usize) -> bool {
+        self.pending.contains_key(&track)
+    }
+
     /// Whether the timeline has all it asked for: the summary of every table, and no raw
     /// window still being read.
     pub fn timeline_ready(&self) -> bool {
