@@ -3,7 +3,7 @@
 //! of one track inside a time window, read through the store's indexes). [`Lane::cells`] turns
 //! either into one aggregate per screen column, so drawing costs what the screen holds.
 
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
 use fuseprof_analyzer::classify::LaunchShape;
 use fuseprof_analyzer::{Class, Rules};
@@ -391,10 +391,12 @@ impl Nester {
 }
 
 /// Ranges of one thread without a stored depth, put back into start order from the order
-/// the store holds them in (nearly in order for Kineto traces): a heap of at most `cap`
-/// ranges; anything further out of order gets the depth of where it comes out.
+/// the store holds them in (nearly in order for Kineto traces): a buffer of at most `cap`
+/// ranges kept sorted; anything further out of order gets the depth of where it comes out.
+/// Input already in order costs one comparison per range (Kineto traces come sorted).
 pub struct Reorder<T> {
-    heap: BinaryHeap<Entry<T>>,
+    /// Sorted by key.
+    buf: std::collections::VecDeque<(OrderKey, T)>,
     seq: u64,
     cap: usize,
     last_out: i64,
@@ -402,33 +404,13 @@ pub struct Reorder<T> {
     pub late: u64,
 }
 
-/// A heap entry ordered by (start, longest first, arrival) only, smallest on top.
-struct Entry<T> {
-    key: (i64, std::cmp::Reverse<i64>, u64),
-    item: T,
-}
-
-impl<T> PartialEq for Entry<T> {
-    fn eq(&self, o: &Self) -> bool {
-        self.key == o.key
-    }
-}
-impl<T> Eq for Entry<T> {}
-impl<T> PartialOrd for Entry<T> {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl<T> Ord for Entry<T> {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        o.key.cmp(&self.key)
-    }
-}
+/// (start, longest first, arrival).
+type OrderKey = (i64, std::cmp::Reverse<i64>, u64);
 
 impl<T> Reorder<T> {
     pub fn new(cap: usize) -> Self {
         Reorder {
-            heap: BinaryHeap::new(),
+            buf: std::collections::VecDeque::new(),
             seq: 0,
             cap,
             last_out: i64::MIN,
@@ -438,23 +420,26 @@ impl<T> Reorder<T> {
     /// Adds a range; returns the one that leaves the buffer, if any.
     pub fn push(&mut self, start_ns: i64, end_ns: i64, item: T) -> Option<(i64, i64, T)> {
         self.seq += 1;
-        self.heap.push(Entry {
-            key: (start_ns, std::cmp::Reverse(end_ns), self.seq),
-            item,
-        });
-        if self.heap.len() > self.cap {
+        let key = (start_ns, std::cmp::Reverse(end_ns), self.seq);
+        if self.buf.back().is_none_or(|(k, _)| *k <= key) {
+            self.buf.push_back((key, item));
+        } else {
+            let at = self.buf.partition_point(|(k, _)| *k <= key);
+            self.buf.insert(at, (key, item));
+        }
+        if self.buf.len() > self.cap {
             self.pop()
         } else {
             None
         }
     }
     pub fn pop(&mut self) -> Option<(i64, i64, T)> {
-        let e = self.heap.pop()?;
-        if e.key.0 < self.last_out {
+        let ((start, std::cmp::Reverse(end), _), item) = self.buf.pop_front()?;
+        if start < self.last_out {
             self.late += 1;
         }
-        self.last_out = e.key.0;
-        Some((e.key.0, (e.key.1).0, e.item))
+        self.last_out = start;
+        Some((start, end, item))
     }
 }
 
