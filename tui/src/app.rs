@@ -176,7 +176,7 @@ pub struct App {
     pub quit: bool,
     /// Where the last frame drew the timeline's plot (mouse and pan steps use it).
     pub plot: Rect,
-    /// Rows drawn per run in the last frame (run, first row, row count).
+    /// A mouse drag under way: the column it started at and the window then.
     pub drag: Option<(u16, i64, i64)>,
     /// Whether the last frame drew columns not known yet (·), or estimated from samples.
     pub frame_unknown: bool,

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use fuseprof_analyzer::classify::LaunchShape;
 use fuseprof_analyzer::{Class, Rules};
-use fuseprof_store::{GpuKind, GpuSpan, HostSpan, MemopKind, RangeKind, Store, StrId, Strings};
+use fuseprof_store::{GpuKind, GpuSpan, HostSpan, RangeKind, Store, StrId, Strings};
 
 use crate::Result;
 
@@ -766,15 +766,6 @@ pub fn gpu_spans(names: &NameInfo, gpu: &[GpuSpan], out: &mut Vec<Span>) {
         });
     }
     out.sort_by_key(|s| (s.start_ns, s.end_ns));
-}
-
-/// The memop kind of a GPU span kind.
-pub fn memop_kind(kind: GpuKind) -> Option<MemopKind> {
-    match kind {
-        GpuKind::Kernel => None,
-        GpuKind::Memcpy => Some(MemopKind::Memcpy),
-        GpuKind::Memset => Some(MemopKind::Memset),
-    }
 }
 
 #[cfg(test)]

@@ -86,7 +86,6 @@ pub struct RunState {
     /// Sampled columns per track for the last view asked for, and probes under way.
     probes: HashMap<usize, Probe>,
     probe_pending: HashMap<usize, (i64, i64, usize)>,
-    pub opened: Instant,
     pub errors: Vec<String>,
     /// Per track, prefix sums of record counts over the summary's bins (for estimates).
     counts: HashMap<usize, Vec<u64>>,
@@ -94,7 +93,6 @@ pub struct RunState {
 
 impl RunState {
     pub fn open(path: &Path, loading: Loading) -> Result<RunState> {
-        let opened = Instant::now();
         let (mut store, meta) = data::open(path)?;
         let names = NameInfo::load(&mut store)?;
         let summary = Summary::new(meta.first_ns, meta.last_ns);
@@ -116,7 +114,6 @@ impl RunState {
             raw_tx: None,
             probes: HashMap::new(),
             probe_pending: HashMap::new(),
-            opened,
             errors: Vec::new(),
             counts: HashMap::new(),
         };

@@ -858,12 +858,11 @@ fn draw_tree(f: &mut Frame, app: &mut App, area: Rect) {
         } else {
             "▸ "
         };
-        let (tag, name) = match node.kind {
-            OpNodeKind::Module => ("", node.name.clone()),
-            OpNodeKind::Kernel => ("", short_kernel(&node.name)),
-            _ => ("", node.name.clone()),
+        let name = match node.kind {
+            OpNodeKind::Kernel => short_kernel(&node.name),
+            _ => node.name.clone(),
         };
-        let text = format!("{}{}{}{}", "  ".repeat(d), marker, tag, name);
+        let text = format!("{}{}{}", "  ".repeat(d), marker, name);
         let style = if i == app.tree.cursor {
             Style::new().add_modifier(Modifier::REVERSED)
         } else {
