@@ -1018,9 +1018,18 @@ fn draw_help(f: &mut Frame, area: Rect) {
  Tree       Enter/l expand   h collapse   g instances on the timeline
             q quit   ? this help (any key closes it)
 
- Lanes with · are still being summarised. Shades ░▒▓█ show how busy a column is when it holds
- many records, in the colour of the class (GPU) or name (host) with the most time there.";
-    let h = 15.min(area.height);
+ Lanes with · are still being read; ≈ sampled in the status line: columns estimated from samples
+ until the summary is in. Shades ░▒▓█ show how busy a column is when it holds many records, in
+ the colour of the class (GPU) or name (host) with the most time there.";
+    let mut lines: Vec<Line> = text.lines().map(Line::from).collect();
+    // The kernel classes in their colours.
+    let mut legend = vec![TSpan::raw(" Classes    ")];
+    for c in Class::ALL {
+        legend.push(TSpan::styled("█ ", Style::new().fg(class_color(c))));
+        legend.push(TSpan::raw(format!("{}  ", c.as_str())));
+    }
+    lines.push(Line::from(legend));
+    let h = 17.min(area.height);
     let w = 104.min(area.width);
     let r = Rect::new(
         area.x + (area.width - w) / 2,
@@ -1030,7 +1039,9 @@ fn draw_help(f: &mut Frame, area: Rect) {
     );
     f.render_widget(Clear, r);
     f.render_widget(
-        Paragraph::new(text).block(Block::default().borders(Borders::ALL).title(" keys ")),
+        Paragraph::new(lines)
+            .wrap(Wrap { trim: false })
+            .block(Block::default().borders(Borders::ALL).title(" keys ")),
         r,
     );
 }

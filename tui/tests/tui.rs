@@ -136,6 +136,46 @@ fn diff_view_snapshot() {
     assert!(header(&screen(&mut a, 120, 30)).starts_with("op "));
 }
 
+/// The explorer as `fuseprof tui` runs it (summary pass, window reads and analysis on
+/// threads of their own) settles on the same screen as the blocking one of the snapshots.
+#[test]
+fn background_loading_settles_on_the_blocking_picture() {
+    let mut cfg = TuiConfig::new(vec![store_for(SWIN)]);
+    cfg.loading = Loading::Background;
+    let mut bg = App::new(cfg).unwrap();
+    let t = std::time::Instant::now();
+    let mut first = true;
+    loop {
+        bg.poll();
+        let s = screen(&mut bg, 120, 30);
+        if first {
+            // Drawn at once, before any of it is known.
+            assert!(s.contains("GPU0 s7"), "{s}");
+            first = false;
+        }
+        if bg.runs[0].timeline_ready() && !bg.busy() && !bg.frame_unknown && !bg.frame_sampled {
+            break;
+        }
+        assert!(t.elapsed().as_secs() < 60, "never settled:\n{s}");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let mut blocking = app(&[SWIN]);
+    assert_eq!(screen(&mut bg, 120, 30), screen(&mut blocking, 120, 30));
+    // The same after a zoom, once the window read has come back.
+    for a in [&mut bg, &mut blocking] {
+        keys(a, "+++");
+    }
+    for _ in 0..6000 {
+        bg.poll();
+        screen(&mut bg, 120, 30);
+        if !bg.busy() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(screen(&mut bg, 120, 30), screen(&mut blocking, 120, 30));
+}
+
 #[test]
 fn a_small_terminal_says_so_and_redraws_when_resized() {
     let mut a = app(&[SWIN]);
