@@ -1007,20 +1007,22 @@ fn draw_step_popup(f: &mut Frame, app: &mut App, area: Rect) {
 }
 
 fn draw_help(f: &mut Frame, area: Rect) {
-    let text = "\
- Views      1 timeline  2 hotspots  3 operator tree  4 details  5 diff (t: its table)   Tab cycles
- Timeline   h/l or ←/→ pan   H/L pan a screen   +/- zoom   0 fit the run   mouse: wheel zooms, drag pans
-            j/k or ↑/↓ lane   Enter/Space or click select   ,/. previous/next record on the lane
-            f follow the launch flow (kernel <-> API call)   z zoom to the selection   Esc clear
- Steps      [ / ] previous / next step   S scope every table to a step
- Find       / search kernel and range names   n / N next / previous instance
- Hotspots   h/l table   j/k row   s sort column   r reverse   f filter   Enter instances on the timeline
- Tree       Enter/l expand   h collapse   g instances on the timeline
-            q quit   ? this help (any key closes it)
-
- Lanes with · are still being read; ≈ sampled in the status line: columns estimated from samples
- until the summary is in. Shades ░▒▓█ show how busy a column is when it holds many records, in
- the colour of the class (GPU) or name (host) with the most time there.";
+    let text = [
+        " Views      1 timeline  2 hotspots  3 operator tree  4 details  5 diff (t: its table)  Tab cycles",
+        " Timeline   h/l or ←/→ pan   H/L pan a screen   +/- zoom   0 fit   mouse: wheel zooms, drag pans",
+        "            j/k or ↑/↓ lane   Enter/Space or click select   ,/. previous/next record on the lane",
+        "            f follow the launch flow (kernel <-> API call)   z zoom to the selection   Esc clear",
+        " Steps      [ / ] previous / next step   S scope every table to a step",
+        " Find       / search kernel and range names   n / N next / previous instance",
+        " Hotspots   h/l table  j/k row  s sort column  r reverse  f filter  Enter: instances on the timeline",
+        " Tree       Enter/l expand   h collapse   g instances on the timeline",
+        "            q quit   ? this help (any key closes it)",
+        "",
+        " Lanes with · are still being read; ≈ sampled in the status line: columns estimated from samples",
+        " until the summary is in. Shades ░▒▓█ show how busy a column is when it holds many records, in",
+        " the colour of the class (GPU) or name (host) with the most time there.",
+    ]
+    .join("\n");
     let mut lines: Vec<Line> = text.lines().map(Line::from).collect();
     // The kernel classes in their colours.
     let mut legend = vec![TSpan::raw(" Classes    ")];
@@ -1029,7 +1031,7 @@ fn draw_help(f: &mut Frame, area: Rect) {
         legend.push(TSpan::raw(format!("{}  ", c.as_str())));
     }
     lines.push(Line::from(legend));
-    let h = 17.min(area.height);
+    let h = 18.min(area.height);
     let w = 104.min(area.width);
     let r = Rect::new(
         area.x + (area.width - w) / 2,
