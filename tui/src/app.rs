@@ -809,6 +809,17 @@ impl App {
             },
         };
         let r = &mut self.runs[0];
+        // Names a table never uses need no scan of it (known once the summary pass has read
+        // the table).
+        let mut inst = inst;
+        let used = |set: &Option<Vec<bool>>, id: &StrId| {
+            set.as_ref()
+                .is_none_or(|s| s.get(id.0 as usize).copied().unwrap_or(false))
+        };
+        inst.kernels.retain(|id| used(&r.kernel_names, id));
+        for (names, _) in &mut inst.ranges {
+            names.retain(|id| used(&r.range_names, id));
+        }
         let mut best: Option<(usize, Span, Option<LaneKind>)> = None;
         let better = |a: i64, b: i64| match dir {
             Direction::Forward => a < b,

@@ -126,6 +126,7 @@ impl Builders {
         self.index.iter_mut().for_each(|i| *i = usize::MAX);
         PassPart {
             table,
+            names: Vec::new(),
             lanes: self
                 .list
                 .drain(..)
@@ -139,6 +140,9 @@ impl Builders {
 pub struct PassPart {
     pub table: &'static str,
     pub lanes: HashMap<LaneId, LaneBins>,
+    /// Which string ids name a record of the table (kernels, ranges; empty for API calls),
+    /// so that a search need not scan a table for a name it never uses.
+    pub names: Vec<bool>,
 }
 
 /// The whole-run summary: one lean page scan per table (kernels and memops, ranges, API
@@ -166,12 +170,16 @@ pub fn summarize(
         last = Some(((d, s), t));
         Some(t)
     };
+    let mut used = vec![false; names.class.len()];
     let kernel_key: Vec<u32> = (0..names.class.len())
         .map(|i| class_index(names.class[i]))
         .collect();
     store.for_each_span_kernel(|k| {
         if let Some(t) = stream_track(k.device_id, k.stream_id) {
             let key = kernel_key.get(k.name.0 as usize).copied().unwrap_or(11);
+            if let Some(u) = used.get_mut(k.name.0 as usize) {
+                *u = true;
+            }
             builders.get((t, LaneKind::Gpu), true).add(
                 summary,
                 k.start_ns,
@@ -198,7 +206,9 @@ pub fn summarize(
             );
         }
     })?;
-    publish(builders.finish("kernels", summary));
+    let mut part = builders.finish("kernels", summary);
+    part.names = std::mem::replace(&mut used, vec![false; names.class.len()]);
+    publish(part);
 
     // Ranges: stored depth where the source gives it (fuseprof's own runs), else nested per
     // thread in start order.
@@ -216,6 +226,9 @@ pub fn summarize(
         );
     };
     store.for_each_span_range(|r| {
+        if let Some(u) = used.get_mut(r.name.0 as usize) {
+            *u = true;
+        }
         let group = names.range_group(r.kind, r.domain, r.name);
         let thread = TrackKey::Thread {
             pid: r.pid,
@@ -282,7 +295,9 @@ pub fn summarize(
             );
         }
     }
-    publish(builders.finish("ranges", summary));
+    let mut part = builders.finish("ranges", summary);
+    part.names = used;
+    publish(part);
 
     let mut last_thread: Option<((i64, i64), usize)> = None;
     store.for_each_span_api_call(|a| {

@@ -89,6 +89,9 @@ pub struct RunState {
     pub errors: Vec<String>,
     /// Per track, prefix sums of record counts over the summary's bins (for estimates).
     counts: HashMap<usize, Vec<u64>>,
+    /// String ids that name a kernel, and a range, once the pass has read those tables.
+    pub kernel_names: Option<Vec<bool>>,
+    pub range_names: Option<Vec<bool>>,
 }
 
 impl RunState {
@@ -116,6 +119,8 @@ impl RunState {
             probe_pending: HashMap::new(),
             errors: Vec::new(),
             counts: HashMap::new(),
+            kernel_names: None,
+            range_names: None,
         };
         match loading {
             Loading::Blocking => {
@@ -218,8 +223,13 @@ impl RunState {
         });
     }
 
-    fn add_part(&mut self, p: PassPart) {
+    fn add_part(&mut self, mut p: PassPart) {
         self.parts_done.push(p.table);
+        match p.table {
+            "kernels" => self.kernel_names = Some(std::mem::take(&mut p.names)),
+            "ranges" => self.range_names = Some(std::mem::take(&mut p.names)),
+            _ => {}
+        }
         self.summary.lanes.extend(p.lanes);
         self.counts.clear();
         for ((t, _), bins) in &self.summary.lanes {
