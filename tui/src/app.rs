@@ -13,6 +13,7 @@ use ratatui::crossterm::event::{
 use ratatui::layout::Rect;
 
 use crate::format::{demangle, dur};
+pub use crate::model::Instances;
 use crate::model::*;
 use crate::run::{Loading, RunState};
 use crate::Result;
@@ -61,24 +62,6 @@ pub struct Selection {
 pub enum Input {
     Search(String),
     Filter(String),
-}
-
-/// Records to step through with n / N: kernels, copies or fills, and ranges by name.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Instances {
-    pub label: String,
-    pub kernels: Vec<StrId>,
-    pub memops: Vec<(MemopKind, Option<CopyKind>)>,
-    /// Range names, each list with an optional input-shapes filter.
-    pub ranges: Vec<(Vec<StrId>, Option<Vec<StrId>>)>,
-}
-
-impl Instances {
-    pub fn is_empty(&self) -> bool {
-        self.kernels.is_empty()
-            && self.memops.is_empty()
-            && self.ranges.iter().all(|r| r.0.is_empty())
-    }
 }
 
 /// Store name ids by the names the analysis uses.
@@ -178,6 +161,9 @@ pub struct App {
     pub plot: Rect,
     /// A mouse drag under way: the column it started at and the window then.
     pub drag: Option<(u16, i64, i64)>,
+    /// The search under way: its number, label and direction.
+    searching: Option<(u64, String, Direction)>,
+    search_seq: u64,
     /// Whether the last frame drew columns not known yet (·), or estimated from samples.
     pub frame_unknown: bool,
     pub frame_sampled: bool,
@@ -233,6 +219,8 @@ impl App {
             quit: false,
             plot: Rect::new(0, 0, 80, 10),
             drag: None,
+            searching: None,
+            search_seq: 0,
             frame_unknown: false,
             frame_sampled: false,
             names: (0..n).map(|_| None).collect(),
@@ -257,6 +245,10 @@ impl App {
         for r in &mut self.runs {
             changed |= r.poll();
         }
+        if let Some((seq, found)) = self.runs[0].found.take() {
+            self.found(seq, found);
+            changed = true;
+        }
         if changed && self.runs.len() > 1 {
             self.align_runs();
         }
@@ -264,7 +256,7 @@ impl App {
     }
 
     pub fn busy(&self) -> bool {
-        self.runs.iter().any(|r| r.busy())
+        self.searching.is_some() || self.runs.iter().any(|r| r.busy())
     }
 
     /// Every lane row, run by run, track by track.
@@ -820,85 +812,39 @@ impl App {
         for (names, _) in &mut inst.ranges {
             names.retain(|id| used(&r.range_names, id));
         }
-        let mut best: Option<(usize, Span, Option<LaneKind>)> = None;
-        let better = |a: i64, b: i64| match dir {
-            Direction::Forward => a < b,
-            Direction::Backward => a > b,
-        };
-        let tracks = r.meta.tracks.clone();
-        for (ti, t) in tracks.iter().enumerate() {
-            let found: Vec<(Span, Option<LaneKind>)> = match t.key {
-                TrackKey::Stream { device, stream } => {
-                    let mut v = Vec::new();
-                    if !inst.kernels.is_empty() {
-                        if let Ok(Some(g)) =
-                            r.store
-                                .next_kernel_named(device, stream, from, &inst.kernels, dir)
-                        {
-                            v.push(g);
-                        }
-                    }
-                    for &(kind, copy) in &inst.memops {
-                        if let Ok(Some(g)) =
-                            r.store.next_memop(device, stream, from, kind, copy, dir)
-                        {
-                            v.push(g);
-                        }
-                    }
-                    let mut spans = Vec::new();
-                    gpu_spans(&r.names, &v, &mut spans);
-                    spans
-                        .into_iter()
-                        .map(|s| (s, Some(LaneKind::Gpu)))
-                        .collect()
-                }
-                TrackKey::Thread { pid, tid } => {
-                    let mut v = Vec::new();
-                    for (names, dims) in &inst.ranges {
-                        if names.is_empty() {
-                            continue;
-                        }
-                        if let Ok(Some(h)) =
-                            r.store
-                                .next_range_named(pid, tid, from, names, dims.as_deref(), dir)
-                        {
-                            let group = r.names.range_group(h.kind, h.domain, h.name);
-                            let lane = h.depth.map(|d| lane_of(group, d));
-                            v.push((
-                                Span {
-                                    start_ns: h.start_ns,
-                                    end_ns: h.end_ns.unwrap_or(h.start_ns).max(h.start_ns),
-                                    key: h.name.0 as u32,
-                                    name: h.name,
-                                    item: ItemRef::Range(h.id),
-                                },
-                                lane,
-                            ));
-                        }
-                    }
-                    v
-                }
-            };
-            for (s, lane) in found {
-                if best
-                    .as_ref()
-                    .is_none_or(|b| better(s.start_ns, b.1.start_ns))
-                {
-                    best = Some((ti, s, lane));
-                }
+        self.search_seq += 1;
+        self.searching = Some((self.search_seq, inst.label.clone(), dir));
+        match r.find(self.search_seq, inst, from, dir) {
+            Some(found) => self.found(self.search_seq, found),
+            None => {
+                self.message = format!(
+                    "{}: searching…",
+                    self.searching.as_ref().map_or("", |s| s.1.as_str())
+                )
             }
         }
-        match best {
-            Some((track, span, lane)) => {
+    }
+
+    /// A search's answer: selects and shows the instance (if the search is still the
+    /// latest one asked for).
+    fn found(&mut self, seq: u64, found: Option<Found>) {
+        let Some((want, label, dir)) = self.searching.clone() else {
+            return;
+        };
+        if want != seq {
+            return;
+        }
+        self.searching = None;
+        match found {
+            Some(Found { track, span, lane }) => {
                 self.view = View::Timeline;
                 self.select(0, track, lane, span);
                 self.center_on(0, span.start_ns, span.end_ns, true);
-                self.message = format!("{}: {}", inst.label, dur(span.end_ns - span.start_ns));
+                self.message = format!("{label}: {}", dur(span.end_ns - span.start_ns));
             }
             None => {
                 self.message = format!(
-                    "{}: no {} instance",
-                    inst.label,
+                    "{label}: no {} instance",
                     if dir == Direction::Forward {
                         "later"
                     } else {

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use fuseprof_store::{RowEstimates, Store, StrId};
+use fuseprof_store::{Direction, RowEstimates, Store, StrId};
 
 use crate::model::*;
 use crate::{Error, Result};
@@ -515,6 +515,71 @@ pub fn probe(
         cols,
         lanes,
     })
+}
+
+/// The next (or previous) instance of `inst` from `(start_ns, id)` over every stream and
+/// thread of a run: one index scan per track and name list, from there until a match.
+pub fn find_instance(
+    store: &mut Store,
+    names: &NameInfo,
+    tracks: &[Track],
+    inst: &Instances,
+    from: (i64, i64),
+    dir: Direction,
+) -> Result<Option<Found>> {
+    let mut best: Option<Found> = None;
+    let better = |a: i64, b: i64| match dir {
+        Direction::Forward => a < b,
+        Direction::Backward => a > b,
+    };
+    for (track, t) in tracks.iter().enumerate() {
+        let mut found: Vec<(Span, Option<LaneKind>)> = Vec::new();
+        match t.key {
+            TrackKey::Stream { device, stream } => {
+                let mut v = Vec::new();
+                if !inst.kernels.is_empty() {
+                    v.extend(store.next_kernel_named(device, stream, from, &inst.kernels, dir)?);
+                }
+                for &(kind, copy) in &inst.memops {
+                    v.extend(store.next_memop(device, stream, from, kind, copy, dir)?);
+                }
+                let mut spans = Vec::new();
+                gpu_spans(names, &v, &mut spans);
+                found.extend(spans.into_iter().map(|s| (s, Some(LaneKind::Gpu))));
+            }
+            TrackKey::Thread { pid, tid } => {
+                for (list, dims) in &inst.ranges {
+                    if list.is_empty() {
+                        continue;
+                    }
+                    if let Some(h) =
+                        store.next_range_named(pid, tid, from, list, dims.as_deref(), dir)?
+                    {
+                        let group = names.range_group(h.kind, h.domain, h.name);
+                        found.push((
+                            Span {
+                                start_ns: h.start_ns,
+                                end_ns: h.end_ns.unwrap_or(h.start_ns).max(h.start_ns),
+                                key: h.name.0 as u32,
+                                name: h.name,
+                                item: ItemRef::Range(h.id),
+                            },
+                            h.depth.map(|d| lane_of(group, d)),
+                        ));
+                    }
+                }
+            }
+        }
+        for (span, lane) in found {
+            if best
+                .as_ref()
+                .is_none_or(|b| better(span.start_ns, b.span.start_ns))
+            {
+                best = Some(Found { track, span, lane });
+            }
+        }
+    }
+    Ok(best)
 }
 
 #[cfg(test)]

@@ -7,7 +7,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use fuseprof_analyzer::classify::LaunchShape;
 use fuseprof_analyzer::{Class, Rules};
-use fuseprof_store::{GpuKind, GpuSpan, HostSpan, RangeKind, Store, StrId, Strings};
+use fuseprof_store::{
+    CopyKind, GpuKind, GpuSpan, HostSpan, MemopKind, RangeKind, Store, StrId, Strings,
+};
 
 use crate::Result;
 
@@ -274,6 +276,32 @@ pub fn probe_cells(
         );
     }
     out
+}
+
+/// Records to step through with n / N: kernels, copies or fills, and ranges by name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Instances {
+    pub label: String,
+    pub kernels: Vec<StrId>,
+    pub memops: Vec<(MemopKind, Option<CopyKind>)>,
+    /// Range names, each list with an optional input-shapes filter.
+    pub ranges: Vec<(Vec<StrId>, Option<Vec<StrId>>)>,
+}
+
+impl Instances {
+    pub fn is_empty(&self) -> bool {
+        self.kernels.is_empty()
+            && self.memops.is_empty()
+            && self.ranges.iter().all(|r| r.0.is_empty())
+    }
+}
+
+/// An instance a search found: its track, record and lane (when the store says its depth).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Found {
+    pub track: usize,
+    pub span: Span,
+    pub lane: Option<LaneKind>,
 }
 
 /// Names and classes the timeline needs from the store's string table.

@@ -41,6 +41,7 @@ enum Msg {
     PassDone(std::result::Result<f64, String>),
     Raw(usize, std::result::Result<RawWindow, String>),
     Probe(usize, std::result::Result<Probe, String>),
+    Found(u64, std::result::Result<Option<Found>, String>),
     Analysis(Option<usize>, std::result::Result<Arc<Analyzed>, String>),
 }
 
@@ -92,6 +93,8 @@ pub struct RunState {
     /// String ids that name a kernel, and a range, once the pass has read those tables.
     pub kernel_names: Option<Vec<bool>>,
     pub range_names: Option<Vec<bool>>,
+    /// The answer of the last background search: (its number, the instance).
+    pub found: Option<(u64, Option<Found>)>,
 }
 
 impl RunState {
@@ -121,6 +124,7 @@ impl RunState {
             counts: HashMap::new(),
             kernel_names: None,
             range_names: None,
+            found: None,
         };
         match loading {
             Loading::Blocking => {
@@ -277,6 +281,11 @@ impl RunState {
                 Msg::Probe(track, Err(e)) => {
                     self.probe_pending.remove(&track);
                     self.errors.push(format!("sampling a view: {e}"));
+                }
+                Msg::Found(seq, Ok(f)) => self.found = Some((seq, f)),
+                Msg::Found(seq, Err(e)) => {
+                    self.found = Some((seq, None));
+                    self.errors.push(format!("searching: {e}"));
                 }
                 Msg::Raw(track, Err(e)) => {
                     self.pending.remove(&track);
@@ -521,6 +530,44 @@ impl RunState {
                         });
                     }
                 }
+                None
+            }
+        }
+    }
+
+    /// Looks for the next (or previous) instance of `inst`: inline when blocking (the answer
+    /// is returned), else on a thread of its own, so that a rare name on a large run does not
+    /// freeze the screen (the answer comes as [`RunState::found`]).
+    pub fn find(
+        &mut self,
+        seq: u64,
+        inst: Instances,
+        from: (i64, i64),
+        dir: fuseprof_store::Direction,
+    ) -> Option<Option<Found>> {
+        match self.loading {
+            Loading::Blocking => {
+                let tracks = self.meta.tracks.clone();
+                match data::find_instance(&mut self.store, &self.names, &tracks, &inst, from, dir) {
+                    Ok(f) => Some(f),
+                    Err(e) => {
+                        self.errors.push(e.to_string());
+                        Some(None)
+                    }
+                }
+            }
+            Loading::Background => {
+                let path = self.meta.path.clone();
+                let tracks = self.meta.tracks.clone();
+                let tx = self.tx.clone();
+                std::thread::spawn(move || {
+                    let r = (|| -> Result<Option<Found>> {
+                        let mut store = Store::open(&path)?;
+                        let names = NameInfo::load(&mut store)?;
+                        data::find_instance(&mut store, &names, &tracks, &inst, from, dir)
+                    })();
+                    let _ = tx.send(Msg::Found(seq, r.map_err(|e| e.to_string())));
+                });
                 None
             }
         }

@@ -174,6 +174,22 @@ fn background_loading_settles_on_the_blocking_picture() {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     assert_eq!(screen(&mut bg, 120, 30), screen(&mut blocking, 120, 30));
+    // A search runs on a thread of its own and selects what it finds when it comes back.
+    for a in [&mut bg, &mut blocking] {
+        key(a, KeyCode::Char('/'));
+        keys(a, "gelu");
+        key(a, KeyCode::Enter);
+    }
+    assert!(bg.message.contains("searching"), "{}", bg.message);
+    for _ in 0..6000 {
+        bg.poll();
+        if !bg.busy() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(bg.selection, blocking.selection);
+    assert!(bg.selection.is_some());
 }
 
 #[test]
