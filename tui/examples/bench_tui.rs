@@ -13,8 +13,9 @@
 //! exactly as `fuseprof tui` runs it (background summary pass and window reads), drawing into
 //! an in-memory 200x50 terminal: the time from start to the first frame, to the first frame
 //! with every lane known (the summary of every table in), then a scripted session of zooms,
-//! pans and selections: each input's next frame (what the user waits for) and how long until
-//! the view is refined (raw windows read). Peak RSS is the child's VmHWM. Prints a Markdown
+//! pans and selections: from each input to its next frame (the key handled, e.g. a
+//! selection's details read, and the frame drawn: what the user waits for) and how long until
+//! the view is refined (raw windows and details read). Peak RSS is the child's VmHWM. Prints a Markdown
 //! table. `--measure STORE` runs one child alone.
 
 use std::path::{Path, PathBuf};
@@ -78,7 +79,9 @@ fn measure(path: &Path) {
         loop {
             app.poll();
             draw(app);
-            if app.runs[0].timeline_ready() {
+            // Everything the input asked for: windows, details, searches (no analysis runs
+            // here, so `busy` is about the view).
+            if app.runs[0].timeline_ready() && !app.busy() {
                 return s.elapsed().as_secs_f64() * 1e3;
             }
             if s.elapsed() > Duration::from_secs(120) {
@@ -134,8 +137,12 @@ fn measure(path: &Path) {
     let mut frames = Vec::new();
     let mut settles = Vec::new();
     for k in &script {
+        // What the user waits for: the key handled (a selection reads its details) and the
+        // next frame drawn.
+        let t = Instant::now();
         app.on_key(KeyEvent::new(*k, KeyModifiers::NONE));
-        frames.push(draw(&mut app));
+        draw(&mut app);
+        frames.push(t.elapsed().as_secs_f64() * 1e3);
         settles.push(settle(&mut app, &mut draw));
         if std::env::var_os("BENCH_TUI_VERBOSE").is_some() {
             eprintln!(

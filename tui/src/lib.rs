@@ -41,6 +41,7 @@
 
 pub mod app;
 mod data;
+mod details;
 mod error;
 pub mod format;
 pub mod model;
@@ -48,7 +49,7 @@ pub mod run;
 mod term;
 mod ui;
 
-pub use app::{App, Instances, Selection, TuiConfig, View};
+pub use app::{App, Details, Instances, Selection, TuiConfig, View};
 pub use error::{Error, Result};
 pub use run::Loading;
 pub use ui::{draw, MIN_HEIGHT, MIN_WIDTH};

@@ -13,6 +13,7 @@ use fuseprof_analyzer::{Analysis, AnalyzeConfig, OpTree, Rules};
 use fuseprof_store::Store;
 
 use crate::data::{self, Meta, PassPart};
+use crate::details::Details;
 use crate::model::*;
 use crate::Result;
 
@@ -42,6 +43,7 @@ enum Msg {
     Raw(usize, std::result::Result<RawWindow, String>),
     Probe(usize, std::result::Result<Probe, String>),
     Found(u64, std::result::Result<Option<Found>, String>),
+    Details(u64, Details),
     Analysis(Option<usize>, std::result::Result<Arc<Analyzed>, String>),
 }
 
@@ -84,6 +86,7 @@ pub struct RunState {
     tx: Sender<Msg>,
     rx: Receiver<Msg>,
     raw_tx: Option<Sender<Req>>,
+    details_tx: Option<Sender<(u64, usize, Span)>>,
     /// Sampled columns per track for the last view asked for, and probes under way.
     probes: HashMap<usize, Probe>,
     probe_pending: HashMap<usize, (i64, i64, usize)>,
@@ -95,6 +98,8 @@ pub struct RunState {
     pub range_names: Option<Vec<bool>>,
     /// The answer of the last background search: (its number, the instance).
     pub found: Option<(u64, Option<Found>)>,
+    /// The last details read in the background: (their number, the details).
+    pub details_read: Option<(u64, Details)>,
 }
 
 impl RunState {
@@ -118,6 +123,7 @@ impl RunState {
             tx,
             rx,
             raw_tx: None,
+            details_tx: None,
             probes: HashMap::new(),
             probe_pending: HashMap::new(),
             errors: Vec::new(),
@@ -125,6 +131,7 @@ impl RunState {
             kernel_names: None,
             range_names: None,
             found: None,
+            details_read: None,
         };
         match loading {
             Loading::Blocking => {
@@ -283,6 +290,7 @@ impl RunState {
                     self.errors.push(format!("sampling a view: {e}"));
                 }
                 Msg::Found(seq, Ok(f)) => self.found = Some((seq, f)),
+                Msg::Details(seq, d) => self.details_read = Some((seq, d)),
                 Msg::Found(seq, Err(e)) => {
                     self.found = Some((seq, None));
                     self.errors.push(format!("searching: {e}"));
@@ -533,6 +541,64 @@ impl RunState {
                 None
             }
         }
+    }
+
+    /// The details of a record: inline when blocking (returned), else on a thread of its
+    /// own (they come as [`RunState::details_read`]).
+    pub fn details(&mut self, seq: u64, track: usize, span: Span) -> Option<Details> {
+        match self.loading {
+            Loading::Blocking => Some(crate::details::read(
+                &mut self.store,
+                &self.names,
+                &self.meta,
+                track,
+                span,
+            )),
+            Loading::Background => {
+                if self.details_tx.is_none() {
+                    self.details_tx = Some(self.details_thread());
+                }
+                if let Some(tx) = &self.details_tx {
+                    let _ = tx.send((seq, track, span));
+                }
+                None
+            }
+        }
+    }
+
+    /// The thread that reads details, newest request first (a selection that has moved on is
+    /// not read), with its own store connection.
+    fn details_thread(&self) -> Sender<(u64, usize, Span)> {
+        let (req_tx, req_rx) = channel::<(u64, usize, Span)>();
+        let meta = self.meta.clone();
+        let tx = self.tx.clone();
+        std::thread::spawn(move || {
+            let mut opened =
+                Store::open(&meta.path)
+                    .map_err(|e| e.to_string())
+                    .and_then(|mut s| {
+                        NameInfo::load(&mut s)
+                            .map(|n| (s, n))
+                            .map_err(|e| e.to_string())
+                    });
+            while let Ok(mut req) = req_rx.recv() {
+                while let Ok(newer) = req_rx.try_recv() {
+                    req = newer;
+                }
+                let (seq, track, span) = req;
+                let d = match &mut opened {
+                    Ok((store, names)) => crate::details::read(store, names, &meta, track, span),
+                    Err(e) => Details {
+                        title: format!("cannot read the details: {e}"),
+                        ..Details::default()
+                    },
+                };
+                if tx.send(Msg::Details(seq, d)).is_err() {
+                    return;
+                }
+            }
+        });
+        req_tx
     }
 
     /// Looks for the next (or previous) instance of `inst`: inline when blocking (the answer
