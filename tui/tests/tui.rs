@@ -359,3 +359,37 @@ fn bad_input_is_a_clear_error() {
         Err(Error::NoTty) | Err(Error::NoGpuWork { .. })
     ));
 }
+
+/// Every real trace and recording of the fixtures opens, draws every view, and takes a
+/// session of keys (zoom, pan, lanes, select, step, search, tables, tree) without a panic.
+#[test]
+fn every_fixture_survives_every_view_and_a_session() {
+    let mut rels: Vec<String> = fuseprof_fixtures::KINETO
+        .iter()
+        .chain(fuseprof_fixtures::NSYS)
+        .map(|s| s.to_string())
+        .collect();
+    for f in std::fs::read_dir(fuseprof_fixtures::path("recordings")).unwrap() {
+        let name = f.unwrap().file_name().to_string_lossy().to_string();
+        if name.ends_with(".sqlite.gz") {
+            rels.push(format!("recordings/{name}"));
+        }
+    }
+    for rel in &rels {
+        // Kineto and nsys files are imported, recordings decompressed.
+        let mut cfg = TuiConfig::new(vec![store_for(rel)]);
+        cfg.loading = Loading::Blocking;
+        let mut a = App::new(cfg).unwrap_or_else(|e| panic!("{rel}: {e}"));
+        for k in "1+++jj\r.,f]S\x1bjjj\r2ljs\rr3\rjjlg4/a\rnN5q".chars() {
+            let code = match k {
+                '\r' => KeyCode::Enter,
+                '\x1b' => KeyCode::Esc,
+                c => KeyCode::Char(c),
+            };
+            screen(&mut a, 100, 30);
+            key(&mut a, code);
+        }
+        let s = screen(&mut a, 100, 30);
+        assert!(a.quit && s.contains("fuseprof"), "{rel}:\n{s}");
+    }
+}
