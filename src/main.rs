@@ -221,6 +221,17 @@ enum Command {
         #[arg(last = true, num_args = 1..)]
         command: Vec<OsString>,
     },
+    /// Explore a run in the terminal: a timeline of every GPU stream and host thread, the
+    /// hotspot tables, the operator tree, details of any kernel; two runs open the diff view.
+    #[command(after_help = "Examples:\n  \
+        fuseprof tui run.sqlite\n  \
+        fuseprof tui before.sqlite after.sqlite   # diff tables, timelines aligned by step\n\n\
+        Keys: ? in the explorer lists them; q quits.")]
+    Tui {
+        /// The run file to explore, or two (before and after) to compare.
+        #[arg(required = true, num_args = 1..=2)]
+        runs: Vec<PathBuf>,
+    },
     /// Show what a run holds: source, devices, counts, time span.
     #[command(after_help = "Example:\n  fuseprof info run.sqlite --json")]
     Info {
@@ -494,6 +505,7 @@ fn run(command: Command) -> Result<ExitCode> {
                 return Ok(ExitCode::from(2));
             }
         }
+        Command::Tui { runs } => fuseprof_tui::run(fuseprof_tui::TuiConfig::new(runs))?,
         Command::Info { run, json } => {
             let mut store = Store::open(&run)?;
             let info = store.info()?;

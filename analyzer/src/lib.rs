@@ -37,6 +37,7 @@ pub mod diff;
 mod error;
 pub mod headroom;
 pub mod hotspots;
+pub mod op_tree;
 pub mod ops;
 mod report;
 mod sort;
@@ -53,6 +54,7 @@ pub use diff::{diff, render_diff_text, Diff, DiffRow, DiffStatus};
 pub use error::{Error, Result};
 pub use headroom::Ceiling;
 pub use hotspots::{ClassRow, DeviceTimeline, KernelRow, ModuleRow, OpRow, ShapeRow};
+pub use op_tree::{analyze_with_op_tree, OpNode, OpNodeKind, OpTree};
 pub use ops::Role;
 pub use report::render_text;
 pub use steps::StepSource;
@@ -331,6 +333,17 @@ pub fn analyze_with_rules(
     cfg: &AnalyzeConfig,
     rules: &Rules,
 ) -> Result<Analysis> {
+    analyze_inner(store, cfg, rules, None)
+}
+
+/// What [`analyze_with_rules`] does; `hook` (for [`op_tree::analyze_with_op_tree`]) sees the
+/// operator tree, the GPU records in scope and their groups once they are accumulated.
+pub(crate) fn analyze_inner(
+    store: &mut Store,
+    cfg: &AnalyzeConfig,
+    rules: &Rules,
+    mut hook: Option<&mut op_tree::Hook<'_>>,
+) -> Result<Analysis> {
     let mut clock = std::time::Instant::now();
     let Loaded {
         path,
@@ -450,6 +463,9 @@ pub fn analyze_with_rules(
     // 6. Groups and timeline.
     let mut acc = hotspots::accumulate(&tree, &items, &devices);
     acc.timeline.sort_by_key(|d| d.device);
+    if let Some(hook) = hook.as_mut() {
+        hook(&tree, &items, &acc, &names);
+    }
     lap(&mut clock, "accumulate");
     let name_bound = names.id_bound();
     let (op_total, op_instances, role_of_name) =

@@ -908,3 +908,79 @@ fn headroom_uses_shapes_dtypes_and_the_builtin_ceilings() {
         render_text(&a, &AnalyzeConfig::default())
     );
 }
+
+#[test]
+fn the_op_tree_adds_up_to_the_tables_it_cuts() {
+    use fuseprof_analyzer::{analyze_with_op_tree, OpNodeKind};
+    for rel in [
+        "recordings/swin_t_infer_modules.sqlite.gz",
+        "kineto/hta_critical_path_alexnet_trace.json.gz",
+    ] {
+        let mut store = Store::open(&store_for(rel)).unwrap();
+        let cfg = AnalyzeConfig::default();
+        let (a, t) = analyze_with_op_tree(&mut store, &cfg, &Rules::builtin()).unwrap();
+        assert_eq!(a, run(rel, &cfg), "{rel}: the analysis is the plain one");
+        let root = &t.nodes[0];
+        assert_eq!(root.total_ns, a.totals.gpu_ns, "{rel}");
+        assert_eq!(
+            root.records,
+            a.totals.kernels + a.totals.memcpys + a.totals.memsets
+        );
+        for (i, n) in t.nodes.iter().enumerate() {
+            let below: i64 = n.children.iter().map(|&c| t.nodes[c].total_ns).sum();
+            if n.kind != OpNodeKind::Kernel {
+                assert_eq!(n.total_ns, below, "{rel}: node {i} {}", n.name);
+            }
+            assert!(
+                n.self_ns >= 0 && n.self_ns <= n.total_ns,
+                "{rel}: {}",
+                n.name
+            );
+            assert!(n
+                .children
+                .windows(2)
+                .all(|w| t.nodes[w[0]].total_ns >= t.nodes[w[1]].total_ns));
+        }
+        // Kernel nodes add up to the kernel table, name by name.
+        let mut by_name: HashMap<&str, i64> = HashMap::new();
+        for n in t.nodes.iter().filter(|n| n.kind == OpNodeKind::Kernel) {
+            *by_name.entry(n.name.as_str()).or_default() += n.total_ns;
+        }
+        for k in &a.by_kernel {
+            assert_eq!(
+                by_name.get(k.name.as_str()),
+                Some(&k.total_ns),
+                "{}",
+                k.name
+            );
+        }
+        // Op self times add up to the op table's (the innermost op launched the records).
+        let mut op_self: HashMap<&str, i64> = HashMap::new();
+        for n in t.nodes.iter().filter(|n| n.kind == OpNodeKind::Op) {
+            *op_self.entry(n.name.as_str()).or_default() += n.self_ns;
+        }
+        for row in a
+            .by_op
+            .iter()
+            .filter(|r| r.role == Some(fuseprof_analyzer::Role::Op))
+        {
+            assert_eq!(
+                op_self.get(row.name.as_str()).copied().unwrap_or(0),
+                row.self_ns,
+                "{}",
+                row.name
+            );
+        }
+    }
+    // Swin-T's modules are nodes, with the model at the top.
+    let mut store = Store::open(&store_for("recordings/swin_t_infer_modules.sqlite.gz")).unwrap();
+    let (_, t) =
+        analyze_with_op_tree(&mut store, &AnalyzeConfig::default(), &Rules::builtin()).unwrap();
+    let top = &t.nodes[t.nodes[0].children[0]];
+    assert_eq!(
+        (top.kind, top.name.as_str()),
+        (OpNodeKind::Module, "SwinTransformer")
+    );
+    // The recording ran the model three times (three depth-0 ranges).
+    assert_eq!(top.instances, 3);
+}

@@ -33,7 +33,10 @@ mod writer;
 pub use error::{Error, Result};
 pub use model::*;
 pub use names::{parse_range_name, ParsedName};
-pub use reader::{Info, Store, Strings, TableCounts};
+pub use reader::{
+    ApiSpan, Direction, GpuKind, GpuSpan, HostSpan, Info, PassApiCall, PassKernel, PassMemop,
+    PassRange, RowEstimates, Store, Strings, TableCounts,
+};
 pub use results::{record_bench_results, BenchResult};
 pub use writer::{Counts, CreateOptions, Writer};
 

@@ -93,6 +93,12 @@ impl<'h> Stmt<'h> {
         self.check(rc, "bind")
     }
 
+    /// Readies the statement to run again (its bindings stay until rebound).
+    pub(crate) fn reset(&mut self) {
+        // SAFETY: the statement is live; reset only rewinds it.
+        unsafe { ffi::sqlite3_reset(self.stmt.as_ptr()) };
+    }
+
     /// Runs one step: `true` when a row is ready to read.
     pub(crate) fn step(&mut self) -> Result<bool> {
         // SAFETY: the statement is live and its parameters are bound.

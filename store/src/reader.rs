@@ -7,6 +7,12 @@ use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{ConnectOptions, Row, SqliteConnection};
 
 mod pages;
+mod timeline;
+
+pub use timeline::{
+    ApiSpan, Direction, GpuKind, GpuSpan, HostSpan, PassApiCall, PassKernel, PassMemop, PassRange,
+    RowEstimates,
+};
 
 use crate::model::*;
 use crate::raw::{self, Stmt};

@@ -1,0 +1,1049 @@
+//! Drawing: one function per view, all reading [`App`]. The timeline asks each visible lane
+//! for one aggregate per column ([`RunState::cells`]), so a frame costs what the screen holds.
+
+use std::collections::HashSet;
+
+use fuseprof_analyzer::{Class, GroupBy, OpNodeKind, OpTree};
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span as TSpan};
+use ratatui::widgets::{Block, Borders, Clear, Paragraph, Wrap};
+use ratatui::Frame;
+
+use crate::app::{App, Input, View};
+use crate::format::{count, dur, fit, nice_step, short_kernel, tick};
+use crate::model::*;
+use crate::run::AnalysisState;
+
+/// Smallest terminal the explorer draws in.
+pub const MIN_WIDTH: u16 = 60;
+pub const MIN_HEIGHT: u16 = 12;
+const LABEL_WIDTH: u16 = 18;
+
+/// The colour of a kernel class.
+pub fn class_color(c: Class) -> Color {
+    match c {
+        Class::Gemm => Color::LightBlue,
+        Class::Attention => Color::Magenta,
+        Class::Conv => Color::Cyan,
+        Class::Elementwise => Color::Green,
+        Class::Reduction => Color::Yellow,
+        Class::Normalization => Color::LightYellow,
+        Class::Softmax => Color::LightMagenta,
+        Class::CopyLayout => Color::LightGreen,
+        Class::Memcpy => Color::Red,
+        Class::Memset => Color::LightRed,
+        Class::Communication => Color::LightCyan,
+        Class::Other => Color::Gray,
+    }
+}
+
+/// The colour of a host lane's record, from its name (a stable hash into a palette).
+fn name_color(lane: LaneKind, key: u32) -> Color {
+    const OPS: [Color; 6] = [
+        Color::Green,
+        Color::Yellow,
+        Color::Cyan,
+        Color::LightGreen,
+        Color::LightYellow,
+        Color::LightCyan,
+    ];
+    const MODULES: [Color; 3] = [Color::Blue, Color::LightBlue, Color::Magenta];
+    let h = key.wrapping_mul(2_654_435_761) >> 16;
+    match lane {
+        LaneKind::Module(_) => MODULES[h as usize % MODULES.len()],
+        LaneKind::Api => Color::Gray,
+        LaneKind::Other => Color::DarkGray,
+        _ => OPS[h as usize % OPS.len()],
+    }
+}
+
+fn lane_label(lane: LaneKind) -> String {
+    match lane {
+        LaneKind::Gpu => "kernels".into(),
+        LaneKind::GpuRanges => "gpu ranges".into(),
+        LaneKind::Module(d) => format!("module {d}"),
+        LaneKind::Range(d) => format!("range {d}"),
+        LaneKind::Other => "other".into(),
+        LaneKind::Api => "cuda api".into(),
+    }
+}
+
+pub fn draw(f: &mut Frame, app: &mut App) {
+    let area = f.area();
+    if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
+        let msg = format!(
+            "terminal too small: {}x{}, fuseprof tui needs at least {MIN_WIDTH}x{MIN_HEIGHT} (resize, or q to quit)",
+            area.width, area.height
+        );
+        f.render_widget(Paragraph::new(msg).wrap(Wrap { trim: true }), area);
+        return;
+    }
+    let [tabs, main, status] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Min(3),
+        Constraint::Length(1),
+    ])
+    .areas(area);
+    draw_tabs(f, app, tabs);
+    match app.view {
+        View::Timeline => draw_timeline(f, app, main),
+        View::Hotspots => draw_hotspots(f, app, main),
+        View::Tree => draw_tree(f, app, main),
+        View::Details => draw_details(f, app, main, true),
+        View::Diff => {
+            let [top, bottom] =
+                Layout::vertical([Constraint::Percentage(40), Constraint::Min(5)]).areas(main);
+            draw_diff(f, app, top);
+            draw_timeline(f, app, bottom);
+        }
+    }
+    draw_status(f, app, status);
+    if app.step_popup.is_some() {
+        draw_step_popup(f, app, main);
+    }
+    if app.help {
+        draw_help(f, main);
+    }
+}
+
+fn draw_tabs(f: &mut Frame, app: &App, area: Rect) {
+    let mut views = vec![
+        (View::Timeline, "1 Timeline"),
+        (View::Hotspots, "2 Hotspots"),
+        (View::Tree, "3 Tree"),
+        (View::Details, "4 Details"),
+    ];
+    if app.runs.len() > 1 {
+        views.push((View::Diff, "5 Diff"));
+    }
+    let mut spans = vec![TSpan::styled(
+        " fuseprof ",
+        Style::new().add_modifier(Modifier::BOLD),
+    )];
+    for (v, name) in views {
+        let style = if v == app.view {
+            Style::new().add_modifier(Modifier::REVERSED)
+        } else {
+            Style::new()
+        };
+        spans.push(TSpan::styled(format!(" {name} "), style));
+    }
+    let files: Vec<String> = app.runs.iter().map(|r| r.file_name()).collect();
+    spans.push(TSpan::raw(format!("  {}", files.join(" vs "))));
+    f.render_widget(Paragraph::new(Line::from(spans)), area);
+}
+
+fn draw_timeline(f: &mut Frame, app: &mut App, area: Rect) {
+    // The details of a selection take the rows the lanes leave free, at least 6 of them.
+    let lanes_h = app.rows().len() as u16 + 1;
+    let details_h = match app.details {
+        Some(_) if area.height >= 18 => area
+            .height
+            .saturating_sub(lanes_h)
+            .clamp(6, area.height / 2),
+        _ => 0,
+    };
+    let [plot_area, details_area] =
+        Layout::vertical([Constraint::Min(3), Constraint::Length(details_h)]).areas(area);
+    let [axis, lanes] =
+        Layout::vertical([Constraint::Length(1), Constraint::Min(1)]).areas(plot_area);
+    let plot_w = axis.width.saturating_sub(LABEL_WIDTH);
+    app.plot = Rect::new(lanes.x + LABEL_WIDTH, lanes.y, plot_w, lanes.height);
+    draw_axis(f, app, Rect::new(axis.x + LABEL_WIDTH, axis.y, plot_w, 1));
+    f.render_widget(
+        Paragraph::new(fit(
+            &format!(
+                "{} /col",
+                dur((app.to_ns - app.from_ns) / plot_w.max(1) as i64)
+            ),
+            LABEL_WIDTH as usize,
+        )),
+        Rect::new(axis.x, axis.y, LABEL_WIDTH, 1),
+    );
+
+    let rows = app.rows();
+    let height = lanes.height as usize;
+    if app.row >= rows.len() {
+        app.row = rows.len().saturating_sub(1);
+    }
+    if app.row < app.scroll {
+        app.scroll = app.row;
+    }
+    if app.row >= app.scroll + height {
+        app.scroll = app.row + 1 - height;
+    }
+    let sel = app.selection;
+    let flow = app.details.as_ref().and_then(|d| d.flow);
+    app.frame_unknown = false;
+    app.frame_sampled = false;
+    let cursor_col = plot_w / 2;
+    for (i, row) in rows.iter().enumerate().skip(app.scroll).take(height) {
+        let y = lanes.y + (i - app.scroll) as u16;
+        let (from, to) = app.window(row.run);
+        let prefix = if app.runs.len() > 1 {
+            ["A ", "B "][row.run.min(1)]
+        } else {
+            ""
+        };
+        let run = &mut app.runs[row.run];
+        let label = if row.first {
+            format!("{prefix}{}", run.meta.tracks[row.track].label)
+        } else {
+            format!("{prefix} {}", lane_label(row.lane))
+        };
+        let label_style = if i == app.row {
+            Style::new().add_modifier(Modifier::REVERSED)
+        } else if row.first {
+            Style::new().add_modifier(Modifier::BOLD)
+        } else {
+            Style::new().fg(Color::DarkGray)
+        };
+        f.render_widget(
+            Paragraph::new(TSpan::styled(
+                fit(&label, LABEL_WIDTH as usize - 1),
+                label_style,
+            )),
+            Rect::new(lanes.x, y, LABEL_WIDTH - 1, 1),
+        );
+        let cells = run.cells(row.track, row.lane, from, to, plot_w as usize);
+        app.frame_unknown |= cells.iter().any(|c| !c.known);
+        app.frame_sampled |= cells.iter().any(|c| c.sampled);
+        let names = &run.names;
+        let buf = f.buffer_mut();
+        let mut x = 0usize;
+        while x < cells.len() {
+            let c = cells[x];
+            let px = app.plot.x + x as u16;
+            // A record that fills several columns is drawn as a bar with its name in it.
+            if let Some(sp) = c.span.filter(|s| covers(s, from, to, plot_w, x)) {
+                let mut end = x + 1;
+                while end < cells.len()
+                    && cells[end].span == Some(sp)
+                    && covers(&sp, from, to, plot_w, end)
+                {
+                    end += 1;
+                }
+                let color = cell_color(row.lane, c.key);
+                let selected = is_selected(sel, row, &sp)
+                    || flow.is_some_and(|(t, fs)| t == row.track && fs.item == sp.item);
+                let style = if selected {
+                    Style::new()
+                        .bg(Color::White)
+                        .fg(Color::Black)
+                        .add_modifier(Modifier::BOLD)
+                } else {
+                    Style::new().bg(color).fg(Color::Black)
+                };
+                let text = span_name(names, row.lane, &sp);
+                let mut chars = text.chars();
+                for cx in x..end {
+                    let ch = if cx == x && end - x > 1 {
+                        '▏'
+                    } else {
+                        chars.next().unwrap_or(' ')
+                    };
+                    if let Some(cell) = buf.cell_mut((app.plot.x + cx as u16, y)) {
+                        cell.set_char(ch).set_style(style);
+                    }
+                }
+                x = end;
+                continue;
+            }
+            let (ch, style) = if !c.known {
+                ('·', Style::new().fg(Color::DarkGray))
+            } else if c.busy <= 0.0 {
+                (' ', Style::new())
+            } else {
+                let color = cell_color(row.lane, c.key);
+                let ch = match c.busy {
+                    b if b >= 0.75 => '█',
+                    b if b >= 0.5 => '▓',
+                    b if b >= 0.25 => '▒',
+                    _ => '░',
+                };
+                let selected = c.span.is_some_and(|sp| {
+                    is_selected(sel, row, &sp)
+                        || flow.is_some_and(|(t, fs)| t == row.track && fs.item == sp.item)
+                });
+                if selected {
+                    (
+                        ch,
+                        Style::new().fg(Color::White).add_modifier(Modifier::BOLD),
+                    )
+                } else {
+                    (ch, Style::new().fg(color))
+                }
+            };
+            if let Some(cell) = buf.cell_mut((px, y)) {
+                cell.set_char(ch).set_style(style);
+            }
+            x += 1;
+        }
+        // The cursor column.
+        if let Some(cell) = buf.cell_mut((app.plot.x + cursor_col, y)) {
+            if cell.symbol() == " " {
+                cell.set_char('┊').set_fg(Color::DarkGray);
+            }
+        }
+    }
+    if details_h > 0 {
+        draw_details(f, app, details_area, false);
+    }
+}
+
+/// Whether `sp` covers column `x` fully enough to be drawn as a bar there (the record
+/// spans at least two columns).
+fn covers(sp: &Span, from: i64, to: i64, w: u16, x: usize) -> bool {
+    let col = (to - from) as f64 / w.max(1) as f64;
+    let a = from as f64 + x as f64 * col;
+    (sp.end_ns - sp.start_ns) as f64 >= 2.0 * col
+        && sp.start_ns as f64 <= a + col * 0.5
+        && sp.end_ns as f64 >= a + col * 0.5
+}
+
+fn is_selected(sel: Option<crate::app::Selection>, row: &crate::app::Row, sp: &Span) -> bool {
+    sel.is_some_and(|s| {
+        s.run == row.run
+            && s.track == row.track
+            && (s.span.item == sp.item
+                || (matches!(sp.item, ItemRef::At(..))
+                    && sp.start_ns == s.span.start_ns
+                    && sp.name == s.span.name))
+    })
+}
+
+fn cell_color(lane: LaneKind, key: u32) -> Color {
+    match lane {
+        LaneKind::Gpu => class_color(class_of_index(key)),
+        _ => name_color(lane, key),
+    }
+}
+
+fn span_name(names: &NameInfo, lane: LaneKind, sp: &Span) -> String {
+    match lane {
+        // Copies and fills have no name: their class says what they are.
+        LaneKind::Gpu if sp.name.0 == 0 => class_of_index(sp.key).as_str().to_string(),
+        LaneKind::Gpu => short_kernel(names.get(sp.name)),
+        _ => fuseprof_store::parse_range_name(names.get(sp.name))
+            .name
+            .to_string(),
+    }
+}
+
+fn draw_axis(f: &mut Frame, app: &App, area: Rect) {
+    let w = area.width.max(1) as f64;
+    let span = (app.to_ns - app.from_ns) as f64;
+    let step = nice_step(span / w * 14.0);
+    let t0 = app.runs[0].meta.first_ns;
+    let first = (app.from_ns - t0).div_euclid(step) * step + step;
+    // Far into a run, full labels get long: the first tick then says where the view is, the
+    // others how far after it they are.
+    let relative = tick(first + step, step).chars().count() > 9;
+    let buf = f.buffer_mut();
+    let mut t = first;
+    let mut last_end = 0u16;
+    while ((t + t0 - app.from_ns) as f64) < span {
+        let x = ((t + t0 - app.from_ns) as f64 / span * w) as u16;
+        let label = if relative && t != first {
+            format!("|+{}", tick(t - first, step))
+        } else if relative {
+            format!("|{}", crate::format::at(t, step))
+        } else {
+            format!("|{}", tick(t, step))
+        };
+        if x >= last_end && x + label.chars().count() as u16 <= area.width {
+            buf.set_string(area.x + x, area.y, &label, Style::new().fg(Color::Gray));
+            last_end = x + label.chars().count() as u16 + 1;
+        }
+        t += step;
+    }
+}
+
+fn draw_status(f: &mut Frame, app: &App, area: Rect) {
+    if let Some(input) = &app.input {
+        let text = match input {
+            Input::Search(t) => {
+                format!("/{t}▏  (Enter: find in kernel and range names, Esc: cancel)")
+            }
+            Input::Filter(t) => format!("filter: {t}▏  (Enter: apply, Esc: cancel)"),
+        };
+        f.render_widget(
+            Paragraph::new(text).style(Style::new().add_modifier(Modifier::REVERSED)),
+            area,
+        );
+        return;
+    }
+    let r0 = &app.runs[0];
+    let mut parts = vec![format!(
+        "cursor {}",
+        dur(app.cursor_ns() - r0.meta.first_ns)
+    )];
+    parts.push(format!("view {}", dur(app.to_ns - app.from_ns)));
+    if let Some(sel) = app.selection {
+        let r = &app.runs[sel.run];
+        let name = match sel.span.item {
+            ItemRef::Kernel(_) => short_kernel(r.names.get(sel.span.name)),
+            ItemRef::Memop(_) => class_of_index(sel.span.key).as_str().into(),
+            ItemRef::Api(_) | ItemRef::Range(_) | ItemRef::At(..) => {
+                fuseprof_store::parse_range_name(r.names.get(sel.span.name))
+                    .name
+                    .to_string()
+            }
+        };
+        parts.push(format!(
+            "sel {} {}",
+            fit(&name, 40),
+            dur(sel.span.end_ns - sel.span.start_ns)
+        ));
+    }
+    if let Some(s) = app.step {
+        parts.push(format!("scope step {s}"));
+    }
+    if let Some(s) = app.current_step {
+        parts.push(format!("at step {s}"));
+    }
+    let loading: Vec<String> = app
+        .runs
+        .iter()
+        .filter(|r| !r.summary_complete())
+        .map(|r| format!("summarising {}/3", r.parts_done.len()))
+        .collect();
+    parts.extend(loading);
+    if app.frame_sampled {
+        parts.push("≈ sampled".into());
+    }
+    if app.runs.iter().any(|r| {
+        r.analyses
+            .values()
+            .any(|a| matches!(a, AnalysisState::Running(_)))
+    }) {
+        parts.push("analysing…".into());
+    }
+    if !app.message.is_empty() {
+        parts.push(app.message.clone());
+    }
+    if let Some(e) = app.runs.iter().flat_map(|r| r.errors.last()).next() {
+        parts.push(format!("error: {e}"));
+    }
+    parts.push("? help".into());
+    f.render_widget(
+        Paragraph::new(parts.join(" │ ")).style(Style::new().bg(Color::DarkGray).fg(Color::White)),
+        area,
+    );
+}
+
+fn draw_details(f: &mut Frame, app: &App, area: Rect, full: bool) {
+    let block = Block::default().borders(Borders::TOP).title(" details ");
+    let Some(d) = &app.details else {
+        f.render_widget(
+            Paragraph::new("Nothing selected: on the timeline, move to a lane (j/k) and press Enter, or click a record.").block(block),
+            area,
+        );
+        return;
+    };
+    let mut lines = vec![Line::from(TSpan::styled(
+        d.title.clone(),
+        Style::new().add_modifier(Modifier::BOLD),
+    ))];
+    // Under the timeline each value keeps to one line (the Details view wraps them whole).
+    let width = (area.width as usize).saturating_sub(21).max(10);
+    for (k, v) in &d.lines {
+        let v = if full { v.clone() } else { fit(v, width) };
+        lines.push(Line::from(vec![
+            TSpan::styled(format!("{k:>18}  "), Style::new().fg(Color::Gray)),
+            TSpan::raw(v),
+        ]));
+    }
+    if d.flow.is_some() {
+        lines.push(Line::from(TSpan::styled(
+            "                    f: follow the launch flow to the other end",
+            Style::new().fg(Color::DarkGray),
+        )));
+    }
+    let skip = if full { app.details_scroll } else { 0 };
+    f.render_widget(
+        Paragraph::new(lines.into_iter().skip(skip).collect::<Vec<_>>())
+            .block(block)
+            .wrap(Wrap { trim: false }),
+        area,
+    );
+}
+
+/// A hotspot table as drawn: rows filtered and sorted.
+pub struct HotTable {
+    pub rows: Vec<HotRow>,
+}
+
+pub struct HotRow {
+    pub cells: Vec<String>,
+    pub nums: Vec<f64>,
+    /// The name the row's instances are found by, and its shapes (shape table).
+    pub key: String,
+    pub detail: Option<String>,
+}
+
+pub fn hot_columns(t: GroupBy) -> Vec<&'static str> {
+    match t {
+        GroupBy::Op => vec![
+            "op",
+            "self",
+            "total",
+            "%",
+            "instances",
+            "kernels",
+            "mean self",
+        ],
+        GroupBy::Shape => vec![
+            "op",
+            "shapes",
+            "self",
+            "%",
+            "instances",
+            "kernels",
+            "mean self",
+        ],
+        GroupBy::Module => vec!["module", "self", "total", "%", "kernels", "launches"],
+        GroupBy::Kernel => vec!["kernel", "class", "total", "%", "count", "mean", "max"],
+        GroupBy::Class => vec!["class", "total", "%", "count", "mean"],
+    }
+}
+
+/// The rows of the current hotspot table, or None while the analysis runs.
+pub fn hot_rows(app: &mut App) -> Option<HotTable> {
+    let a = app.runs[0].analysis(app.step)?;
+    let a = &a.analysis;
+    let ms = |ns: i64| dur(ns);
+    let mut rows: Vec<HotRow> = match app.hot.table {
+        GroupBy::Op => a
+            .by_op
+            .iter()
+            .map(|r| HotRow {
+                cells: vec![
+                    r.name.clone(),
+                    ms(r.self_ns),
+                    ms(r.total_ns),
+                    format!("{:.1}", r.pct),
+                    count(r.instances),
+                    count(r.kernels),
+                    dur(r.mean_self_ns as i64),
+                ],
+                nums: vec![
+                    0.0,
+                    r.self_ns as f64,
+                    r.total_ns as f64,
+                    r.pct,
+                    r.instances as f64,
+                    r.kernels as f64,
+                    r.mean_self_ns,
+                ],
+                key: r.name.clone(),
+                detail: None,
+            })
+            .collect(),
+        GroupBy::Shape => a
+            .by_shape
+            .iter()
+            .map(|r| HotRow {
+                cells: vec![
+                    r.name.clone(),
+                    r.dims.clone().unwrap_or_default(),
+                    ms(r.self_ns),
+                    format!("{:.1}", r.pct),
+                    count(r.instances),
+                    count(r.kernels),
+                    dur(r.mean_self_ns as i64),
+                ],
+                nums: vec![
+                    0.0,
+                    0.0,
+                    r.self_ns as f64,
+                    r.pct,
+                    r.instances as f64,
+                    r.kernels as f64,
+                    r.mean_self_ns,
+                ],
+                key: r.name.clone(),
+                detail: r.dims.clone(),
+            })
+            .collect(),
+        GroupBy::Module => a
+            .by_module
+            .iter()
+            .map(|r| HotRow {
+                cells: vec![
+                    r.path.clone(),
+                    ms(r.self_ns),
+                    ms(r.total_ns),
+                    format!("{:.1}", r.pct),
+                    count(r.kernels),
+                    count(r.launches),
+                ],
+                nums: vec![
+                    0.0,
+                    r.self_ns as f64,
+                    r.total_ns as f64,
+                    r.pct,
+                    r.kernels as f64,
+                    r.launches as f64,
+                ],
+                key: r.path.clone(),
+                detail: None,
+            })
+            .collect(),
+        GroupBy::Kernel => a
+            .by_kernel
+            .iter()
+            .map(|r| HotRow {
+                cells: vec![
+                    short_kernel(&r.name),
+                    r.class.as_str().into(),
+                    ms(r.total_ns),
+                    format!("{:.1}", r.pct),
+                    count(r.count),
+                    dur(r.mean_ns as i64),
+                    dur(r.max_ns),
+                ],
+                nums: vec![
+                    0.0,
+                    0.0,
+                    r.total_ns as f64,
+                    r.pct,
+                    r.count as f64,
+                    r.mean_ns,
+                    r.max_ns as f64,
+                ],
+                key: r.name.clone(),
+                detail: None,
+            })
+            .collect(),
+        GroupBy::Class => a
+            .by_class
+            .iter()
+            .map(|r| HotRow {
+                cells: vec![
+                    r.class.as_str().into(),
+                    ms(r.total_ns),
+                    format!("{:.1}", r.pct),
+                    count(r.count),
+                    dur(r.mean_ns as i64),
+                ],
+                nums: vec![0.0, r.total_ns as f64, r.pct, r.count as f64, r.mean_ns],
+                key: r.class.as_str().into(),
+                detail: None,
+            })
+            .collect(),
+    };
+    if !app.hot.filter.is_empty() {
+        let f = app.hot.filter.to_lowercase();
+        rows.retain(|r| {
+            r.cells
+                .iter()
+                .take(2)
+                .any(|c| c.to_lowercase().contains(&f))
+                || r.key.to_lowercase().contains(&f)
+        });
+    }
+    // Sort column 0 (the default) keeps the analyzer's order; others sort by value.
+    let col = app.hot.sort;
+    if col > 0 {
+        rows.sort_by(|a, b| {
+            let o = if a.nums[col] == 0.0 && b.nums[col] == 0.0 {
+                a.cells[col].cmp(&b.cells[col])
+            } else {
+                a.nums[col].total_cmp(&b.nums[col])
+            };
+            if app.hot.ascending {
+                o
+            } else {
+                o.reverse()
+            }
+        });
+    } else if app.hot.ascending {
+        rows.reverse();
+    }
+    Some(HotTable { rows })
+}
+
+fn pending(f: &mut Frame, app: &App, area: Rect, what: &str) {
+    let state = match app.runs[0].analyses.get(&app.step) {
+        Some(AnalysisState::Failed(e)) => format!("the analysis failed: {e}"),
+        Some(AnalysisState::Running(t)) => format!(
+            "analysing the run for the {what} ({:.0} s so far; {} kernels)…",
+            t.elapsed().as_secs_f64(),
+            count(app.runs[0].meta.rows.kernels as u64)
+        ),
+        _ => format!("the {what} needs the analysis"),
+    };
+    f.render_widget(
+        Paragraph::new(state).block(Block::default().borders(Borders::TOP)),
+        area,
+    );
+}
+
+fn scope(app: &App) -> String {
+    match app.step {
+        Some(s) => format!("step {s} (S: change)"),
+        None => "whole run (S: pick a step)".into(),
+    }
+}
+
+fn draw_hotspots(f: &mut Frame, app: &mut App, area: Rect) {
+    let [head, body] = Layout::vertical([Constraint::Length(2), Constraint::Min(1)]).areas(area);
+    let mut spans = Vec::new();
+    for (t, name) in [
+        (GroupBy::Op, "op"),
+        (GroupBy::Shape, "shape"),
+        (GroupBy::Module, "module"),
+        (GroupBy::Kernel, "kernel"),
+        (GroupBy::Class, "class"),
+    ] {
+        let style = if t == app.hot.table {
+            Style::new().add_modifier(Modifier::REVERSED)
+        } else {
+            Style::new()
+        };
+        spans.push(TSpan::styled(format!(" by {name} "), style));
+    }
+    spans.push(TSpan::raw(format!(
+        "   scope: {}   filter: {}",
+        scope(app),
+        if app.hot.filter.is_empty() {
+            "-"
+        } else {
+            &app.hot.filter
+        }
+    )));
+    f.render_widget(
+        Paragraph::new(vec![
+            Line::from(spans),
+            Line::from(TSpan::styled(
+                " h/l table  j/k row  s sort column  r reverse  f filter  Enter: instances on the timeline (n/N)",
+                Style::new().fg(Color::DarkGray),
+            )),
+        ]),
+        head,
+    );
+    let Some(table) = hot_rows(app) else {
+        pending(f, app, body, "hotspot tables");
+        return;
+    };
+    let cols = hot_columns(app.hot.table);
+    let numeric = cols.len()
+        - if app.hot.table == GroupBy::Shape || app.hot.table == GroupBy::Kernel {
+            2
+        } else {
+            1
+        };
+    let num_w = 11usize;
+    let first_w = (body.width as usize)
+        .saturating_sub(numeric * num_w + 2)
+        .max(10);
+    let widths: Vec<usize> = cols
+        .iter()
+        .enumerate()
+        .map(|(i, _)| match (app.hot.table, i) {
+            (_, 0) if cols.len() - numeric == 1 => first_w,
+            (GroupBy::Shape, 0) => first_w / 2,
+            (GroupBy::Shape, 1) => first_w - first_w / 2,
+            (GroupBy::Kernel, 0) => first_w.saturating_sub(14),
+            (GroupBy::Kernel, 1) => 14,
+            _ => num_w,
+        })
+        .collect();
+    let render_row = |cells: &[String], style: Style| -> Line {
+        let mut s = String::new();
+        for (i, c) in cells.iter().enumerate() {
+            let w = widths[i];
+            if i >= cols.len() - numeric {
+                s.push_str(&format!("{:>w$}", fit(c, w - 1)));
+            } else {
+                s.push_str(&format!("{:<w$}", fit(c, w - 1)));
+            }
+        }
+        Line::from(TSpan::styled(s, style))
+    };
+    let header: Vec<String> = cols
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            if i == app.hot.sort {
+                format!("{c}{}", if app.hot.ascending { "▲" } else { "▼" })
+            } else {
+                c.to_string()
+            }
+        })
+        .collect();
+    let mut lines = vec![render_row(
+        &header,
+        Style::new().add_modifier(Modifier::BOLD | Modifier::UNDERLINED),
+    )];
+    let h = body.height.saturating_sub(1) as usize;
+    if app.hot.cursor >= table.rows.len() {
+        app.hot.cursor = table.rows.len().saturating_sub(1);
+    }
+    let first = app.hot.cursor.saturating_sub(h.saturating_sub(1));
+    for (i, r) in table.rows.iter().enumerate().skip(first).take(h) {
+        let style = if i == app.hot.cursor {
+            Style::new().add_modifier(Modifier::REVERSED)
+        } else {
+            Style::new()
+        };
+        lines.push(render_row(&r.cells, style));
+    }
+    if table.rows.is_empty() {
+        lines.push(Line::from("(no rows)"));
+    }
+    f.render_widget(Paragraph::new(lines), body);
+}
+
+/// The visible rows of the tree: (node, depth), depth-first through expanded nodes.
+pub fn tree_rows(tree: &OpTree, expanded: &HashSet<usize>) -> Vec<(usize, usize)> {
+    let mut out = Vec::new();
+    if tree.nodes.is_empty() {
+        return out;
+    }
+    let mut stack: Vec<(usize, usize)> = tree.nodes[0]
+        .children
+        .iter()
+        .rev()
+        .map(|&c| (c, 0))
+        .collect();
+    while let Some((n, d)) = stack.pop() {
+        out.push((n, d));
+        if expanded.contains(&n) {
+            stack.extend(tree.nodes[n].children.iter().rev().map(|&c| (c, d + 1)));
+        }
+    }
+    out
+}
+
+fn draw_tree(f: &mut Frame, app: &mut App, area: Rect) {
+    let [head, body] = Layout::vertical([Constraint::Length(2), Constraint::Min(1)]).areas(area);
+    f.render_widget(
+        Paragraph::new(vec![
+            Line::from(format!(" modules > ops > kernels   scope: {}", scope(app))),
+            Line::from(TSpan::styled(
+                " j/k move  Enter/l expand  h collapse  g: instances on the timeline (n/N)",
+                Style::new().fg(Color::DarkGray),
+            )),
+        ]),
+        head,
+    );
+    let Some(a) = app.runs[0].analysis(app.step) else {
+        pending(f, app, body, "operator tree");
+        return;
+    };
+    let rows = tree_rows(&a.tree, &app.tree.expanded);
+    if app.tree.cursor >= rows.len() {
+        app.tree.cursor = rows.len().saturating_sub(1);
+    }
+    let w = body.width as usize;
+    let name_w = w.saturating_sub(4 * 11 + 1).max(10);
+    let mut lines = vec![Line::from(TSpan::styled(
+        format!(
+            "{:<name_w$}{:>11}{:>11}{:>11}{:>11}",
+            "name", "self", "total", "records", "instances"
+        ),
+        Style::new().add_modifier(Modifier::BOLD | Modifier::UNDERLINED),
+    ))];
+    let h = body.height.saturating_sub(1) as usize;
+    let first = app.tree.cursor.saturating_sub(h.saturating_sub(1));
+    for (i, &(n, d)) in rows.iter().enumerate().skip(first).take(h) {
+        let node = &a.tree.nodes[n];
+        let marker = if node.children.is_empty() {
+            "  "
+        } else if app.tree.expanded.contains(&n) {
+            "▾ "
+        } else {
+            "▸ "
+        };
+        let name = match node.kind {
+            OpNodeKind::Kernel => short_kernel(&node.name),
+            _ => node.name.clone(),
+        };
+        let text = format!("{}{}{}", "  ".repeat(d), marker, name);
+        let style = if i == app.tree.cursor {
+            Style::new().add_modifier(Modifier::REVERSED)
+        } else {
+            match node.kind {
+                OpNodeKind::Module => Style::new().fg(Color::LightBlue),
+                OpNodeKind::Kernel => Style::new().fg(node.class.map_or(Color::Gray, class_color)),
+                _ => Style::new(),
+            }
+        };
+        lines.push(Line::from(TSpan::styled(
+            format!(
+                "{:<name_w$}{:>11}{:>11}{:>11}{:>11}",
+                fit(&text, name_w - 1),
+                dur(node.self_ns),
+                dur(node.total_ns),
+                count(node.records),
+                count(node.instances)
+            ),
+            style,
+        )));
+    }
+    f.render_widget(Paragraph::new(lines), body);
+}
+
+fn draw_diff(f: &mut Frame, app: &mut App, area: Rect) {
+    let a = app.runs[0].analysis(None);
+    let b = app.runs[1].analysis(None);
+    let (Some(a), Some(b)) = (a, b) else {
+        pending(f, app, area, "diff");
+        return;
+    };
+    let d = fuseprof_analyzer::diff(&a.analysis, &b.analysis);
+    let mut lines = vec![Line::from(TSpan::styled(
+        format!(
+            " diff {} (t: next table)  {} -> {}: {} -> {} per {} ({:+.1}%)",
+            ["by op", "by shape", "by kernel"][app.diff_table % 3],
+            d.before,
+            d.after,
+            dur(d.before_gpu_ns as i64),
+            dur(d.after_gpu_ns as i64),
+            if d.unit == "per_step" { "step" } else { "run" },
+            d.delta_pct,
+        ),
+        Style::new().add_modifier(Modifier::BOLD),
+    ))];
+    let w = area.width as usize;
+    let name_w = w.saturating_sub(4 * 11 + 10).max(10);
+    lines.push(Line::from(TSpan::styled(
+        format!(
+            "{:<name_w$}{:>10}{:>11}{:>11}{:>11}{:>11}",
+            ["op", "op and shapes", "kernel"][app.diff_table % 3],
+            "status",
+            "before",
+            "after",
+            "delta",
+            "count"
+        ),
+        Style::new().add_modifier(Modifier::UNDERLINED),
+    )));
+    let h = area.height.saturating_sub(2) as usize;
+    let rows = match app.diff_table % 3 {
+        0 => &d.ops,
+        1 => &d.shapes,
+        _ => &d.kernels,
+    };
+    for r in rows.iter().take(h) {
+        let color = match r.delta_ns {
+            x if x > 0.0 => Color::LightRed,
+            x if x < 0.0 => Color::LightGreen,
+            _ => Color::Gray,
+        };
+        lines.push(Line::from(TSpan::styled(
+            format!(
+                "{:<name_w$}{:>10}{:>11}{:>11}{:>11}{:>11}",
+                fit(
+                    &match app.diff_table % 3 {
+                        1 => format!("{} {}", r.name, r.detail.clone().unwrap_or_default()),
+                        2 => short_kernel(&r.name),
+                        _ => r.name.clone(),
+                    },
+                    name_w - 1
+                ),
+                format!("{:?}", r.status).to_lowercase(),
+                dur(r.before_ns as i64),
+                dur(r.after_ns as i64),
+                dur(r.delta_ns as i64),
+                format!("{}>{}", r.before_count, r.after_count)
+            ),
+            Style::new().fg(color),
+        )));
+    }
+    f.render_widget(Paragraph::new(lines), area);
+}
+
+fn draw_step_popup(f: &mut Frame, app: &mut App, area: Rect) {
+    let cursor = app.step_popup.unwrap_or(0);
+    let steps: Vec<(usize, i64, i64)> = app.runs[0]
+        .ready_analysis(None)
+        .map(|a| {
+            a.analysis
+                .steps
+                .steps
+                .iter()
+                .map(|s| (s.index, s.wall_ns, s.gpu_ns))
+                .collect()
+        })
+        .unwrap_or_default();
+    let h = (steps.len() as u16 + 3)
+        .min(area.height.saturating_sub(2))
+        .max(4);
+    let w = 44.min(area.width);
+    let r = Rect::new(area.x + (area.width - w) / 2, area.y + 1, w, h);
+    f.render_widget(Clear, r);
+    let mut lines = vec![];
+    let mut entries = vec!["whole run".to_string()];
+    entries.extend(
+        steps
+            .iter()
+            .map(|(i, wall, gpu)| format!("step {i}: {} wall, {} GPU", dur(*wall), dur(*gpu))),
+    );
+    let inner_h = h.saturating_sub(2) as usize;
+    let first = cursor.saturating_sub(inner_h.saturating_sub(1));
+    for (i, e) in entries.iter().enumerate().skip(first).take(inner_h) {
+        let style = if i == cursor {
+            Style::new().add_modifier(Modifier::REVERSED)
+        } else {
+            Style::new()
+        };
+        lines.push(Line::from(TSpan::styled(e.clone(), style)));
+    }
+    if steps.is_empty() {
+        lines.push(Line::from("(no steps found, or the analysis is running)"));
+    }
+    f.render_widget(
+        Paragraph::new(lines).block(
+            Block::default()
+                .borders(Borders::ALL)
+                .title(" scope every table to "),
+        ),
+        r,
+    );
+}
+
+fn draw_help(f: &mut Frame, area: Rect) {
+    let text = [
+        " Views      1 timeline  2 hotspots  3 operator tree  4 details  5 diff (t: its table)  Tab cycles",
+        " Timeline   h/l or ←/→ pan   H/L pan a screen   +/- zoom   0 fit   mouse: wheel zooms, drag pans",
+        "            j/k or ↑/↓ lane   Enter/Space or click select   ,/. previous/next record on the lane",
+        "            f follow the launch flow (kernel <-> API call)   z zoom to the selection   Esc clear",
+        " Steps      [ / ] previous / next step   S scope every table to a step",
+        " Find       / search kernel and range names   n / N next / previous instance",
+        " Hotspots   h/l table  j/k row  s sort column  r reverse  f filter  Enter: instances on the timeline",
+        " Tree       Enter/l expand   h collapse   g instances on the timeline",
+        "            q quit   ? this help (any key closes it)",
+        "",
+        " Lanes with · are still being read; ≈ sampled in the status line: columns estimated from samples",
+        " until the summary is in. Shades ░▒▓█ show how busy a column is when it holds many records, in",
+        " the colour of the class (GPU) or name (host) with the most time there.",
+    ]
+    .join("\n");
+    let mut lines: Vec<Line> = text.lines().map(Line::from).collect();
+    // The kernel classes in their colours.
+    let mut legend = vec![TSpan::raw(" Classes    ")];
+    for c in Class::ALL {
+        legend.push(TSpan::styled("█ ", Style::new().fg(class_color(c))));
+        legend.push(TSpan::raw(format!("{}  ", c.as_str())));
+    }
+    lines.push(Line::from(legend));
+    let h = 18.min(area.height);
+    let w = 104.min(area.width);
+    let r = Rect::new(
+        area.x + (area.width - w) / 2,
+        area.y + (area.height - h) / 2,
+        w,
+        h,
+    );
+    f.render_widget(Clear, r);
+    f.render_widget(
+        Paragraph::new(lines)
+            .wrap(Wrap { trim: false })
+            .block(Block::default().borders(Borders::ALL).title(" keys ")),
+        r,
+    );
+}

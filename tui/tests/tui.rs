@@ -1,0 +1,395 @@
+//! The whole explorer on real recordings, driven with synthetic keys and drawn into ratatui's
+//! TestBackend: snapshots of every view, key sequences and the state they lead to, bad input.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+use fuseprof_store::{CreateOptions, Range, RangeKind, RunInfo, Writer};
+use fuseprof_tui::model::ItemRef;
+use fuseprof_tui::{App, Error, Loading, TuiConfig, View};
+use ratatui::backend::TestBackend;
+use ratatui::crossterm::event::{
+    KeyCode, KeyEvent, KeyModifiers, MouseButton, MouseEvent, MouseEventKind,
+};
+use ratatui::Terminal;
+
+/// A store for a fixture: recordings are decompressed, Kineto traces imported; once per test
+/// process.
+fn store_for(rel: &str) -> PathBuf {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    static DONE: OnceLock<Mutex<HashMap<String, PathBuf>>> = OnceLock::new();
+    let dir = DIR.get_or_init(|| tempfile::tempdir().unwrap());
+    let mut done = DONE.get_or_init(Default::default).lock().unwrap();
+    if let Some(p) = done.get(rel) {
+        return p.clone();
+    }
+    let input = fuseprof_fixtures::path(rel);
+    let stem = Path::new(rel)
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .split('.')
+        .next()
+        .unwrap()
+        .to_string();
+    let out = dir.path().join(format!("{stem}.sqlite"));
+    if rel.ends_with(".sqlite.gz") {
+        let mut gz = flate2::read::GzDecoder::new(std::fs::File::open(&input).unwrap());
+        let mut f = std::fs::File::create(&out).unwrap();
+        std::io::copy(&mut gz, &mut f).unwrap();
+    } else {
+        fuseprof_collector::import::import(
+            &input,
+            &out,
+            &fuseprof_collector::import::ImportOptions::default(),
+        )
+        .unwrap_or_else(|e| panic!("importing {rel}: {e}"));
+    }
+    done.insert(rel.to_string(), out.clone());
+    out
+}
+
+fn app(rels: &[&str]) -> App {
+    let mut cfg = TuiConfig::new(rels.iter().map(|r| store_for(r)).collect());
+    cfg.loading = Loading::Blocking;
+    App::new(cfg).unwrap()
+}
+
+/// The screen as text, one line per row.
+fn screen(app: &mut App, w: u16, h: u16) -> String {
+    let mut term = Terminal::new(TestBackend::new(w, h)).unwrap();
+    term.draw(|f| fuseprof_tui::draw(f, app)).unwrap();
+    let buf = term.backend().buffer();
+    let mut out = String::new();
+    for y in 0..h {
+        let line: String = (0..w).map(|x| buf[(x, y)].symbol().to_string()).collect();
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn key(app: &mut App, code: KeyCode) {
+    app.on_key(KeyEvent::new(code, KeyModifiers::NONE));
+}
+
+fn keys(app: &mut App, s: &str) {
+    for c in s.chars() {
+        key(app, KeyCode::Char(c));
+    }
+}
+
+const SWIN: &str = "recordings/swin_t_infer_modules.sqlite.gz";
+const GPU_TEST: &str = "recordings/gpu_test.sqlite.gz";
+
+#[test]
+fn timeline_snapshots() {
+    let mut a = app(&[SWIN]);
+    insta::assert_snapshot!("timeline_fit_swin", screen(&mut a, 120, 30));
+    // Zoom into the first forward pass and select the kernel under the cursor.
+    keys(&mut a, "+++++");
+    screen(&mut a, 120, 30);
+    key(&mut a, KeyCode::Enter);
+    insta::assert_snapshot!("timeline_zoomed_selected_swin", screen(&mut a, 120, 34));
+    let mut g = app(&[GPU_TEST]);
+    insta::assert_snapshot!("timeline_fit_gpu_test", screen(&mut g, 120, 24));
+    let mut k = app(&["kineto/hta_critical_path_alexnet_trace.json.gz"]);
+    insta::assert_snapshot!("timeline_fit_alexnet_kineto", screen(&mut k, 120, 24));
+}
+
+#[test]
+fn hotspot_tree_details_help_snapshots() {
+    let mut a = app(&[SWIN]);
+    key(&mut a, KeyCode::Char('2'));
+    insta::assert_snapshot!("hotspots_by_op_swin", screen(&mut a, 120, 24));
+    keys(&mut a, "lll");
+    insta::assert_snapshot!("hotspots_by_kernel_swin", screen(&mut a, 120, 24));
+    key(&mut a, KeyCode::Char('3'));
+    key(&mut a, KeyCode::Enter);
+    keys(&mut a, "jl");
+    insta::assert_snapshot!("tree_swin", screen(&mut a, 120, 24));
+    // Details of the heaviest kernel, reached from the hotspot table.
+    key(&mut a, KeyCode::Char('2'));
+    key(&mut a, KeyCode::Enter);
+    key(&mut a, KeyCode::Char('4'));
+    insta::assert_snapshot!("details_kernel_swin", screen(&mut a, 120, 30));
+    key(&mut a, KeyCode::Char('?'));
+    insta::assert_snapshot!("help", screen(&mut a, 120, 30));
+}
+
+#[test]
+fn diff_view_snapshot() {
+    let mut a = app(&[
+        "kineto/hta_trace_compare_base_base.json.gz",
+        "kineto/hta_trace_compare_test_test.json.gz",
+    ]);
+    assert_eq!(a.view, View::Diff);
+    insta::assert_snapshot!("diff_trace_compare", screen(&mut a, 120, 30));
+    // t steps through the op, shape and kernel tables.
+    keys(&mut a, "tt");
+    let kernels = screen(&mut a, 120, 30);
+    let header = |s: &str| s.lines().nth(2).unwrap_or_default().to_string();
+    assert!(header(&kernels).starts_with("kernel "), "{kernels}");
+    assert!(kernels.contains("diff by kernel"), "{kernels}");
+    key(&mut a, KeyCode::Char('t'));
+    assert!(header(&screen(&mut a, 120, 30)).starts_with("op "));
+}
+
+/// The explorer as `fuseprof tui` runs it (summary pass, window reads and analysis on
+/// threads of their own) settles on the same screen as the blocking one of the snapshots.
+#[test]
+fn background_loading_settles_on_the_blocking_picture() {
+    let mut cfg = TuiConfig::new(vec![store_for(SWIN)]);
+    cfg.loading = Loading::Background;
+    let mut bg = App::new(cfg).unwrap();
+    let t = std::time::Instant::now();
+    let mut first = true;
+    loop {
+        bg.poll();
+        let s = screen(&mut bg, 120, 30);
+        if first {
+            // Drawn at once, before any of it is known.
+            assert!(s.contains("GPU0 s7"), "{s}");
+            first = false;
+        }
+        if bg.runs[0].timeline_ready() && !bg.busy() && !bg.frame_unknown && !bg.frame_sampled {
+            break;
+        }
+        assert!(t.elapsed().as_secs() < 60, "never settled:\n{s}");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let mut blocking = app(&[SWIN]);
+    assert_eq!(screen(&mut bg, 120, 30), screen(&mut blocking, 120, 30));
+    // The same after a zoom, once the window read has come back.
+    for a in [&mut bg, &mut blocking] {
+        keys(a, "+++");
+    }
+    for _ in 0..6000 {
+        bg.poll();
+        screen(&mut bg, 120, 30);
+        if !bg.busy() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(screen(&mut bg, 120, 30), screen(&mut blocking, 120, 30));
+    // A search runs on a thread of its own and selects what it finds when it comes back.
+    for a in [&mut bg, &mut blocking] {
+        key(a, KeyCode::Char('/'));
+        keys(a, "gelu");
+        key(a, KeyCode::Enter);
+    }
+    assert!(bg.message.contains("searching"), "{}", bg.message);
+    for _ in 0..6000 {
+        bg.poll();
+        if !bg.busy() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(bg.selection, blocking.selection);
+    assert!(bg.selection.is_some());
+}
+
+#[test]
+fn a_small_terminal_says_so_and_redraws_when_resized() {
+    let mut a = app(&[SWIN]);
+    let small = screen(&mut a, 50, 10);
+    assert!(small.contains("terminal too small: 50x10"), "{small}");
+    let big = screen(&mut a, 100, 20);
+    assert!(big.contains("GPU0 s7") && !big.contains("too small"));
+}
+
+#[test]
+fn zoom_pan_and_fit_keys() {
+    let mut a = app(&[SWIN]);
+    screen(&mut a, 120, 30);
+    let (f0, t0) = (a.from_ns, a.to_ns);
+    let w0 = t0 - f0;
+    key(&mut a, KeyCode::Char('+'));
+    assert_eq!(a.to_ns - a.from_ns, w0 / 2);
+    assert_eq!(a.cursor_ns() / 1000, (f0 / 2 + t0 / 2) / 1000);
+    key(&mut a, KeyCode::Char('-'));
+    assert_eq!(a.to_ns - a.from_ns, w0);
+    let before = a.from_ns;
+    key(&mut a, KeyCode::Char('l'));
+    assert_eq!(a.from_ns - before, w0 / 8);
+    key(&mut a, KeyCode::Left);
+    assert_eq!(a.from_ns, before);
+    keys(&mut a, "++++0");
+    assert_eq!((a.from_ns, a.to_ns), (f0, t0));
+    // The wheel zooms around the pointer; a drag pans by what the pointer moved.
+    let (x, y) = (a.plot.x + 10, a.plot.y + 1);
+    let t_at = a.time_at(x);
+    a.on_mouse(MouseEvent {
+        kind: MouseEventKind::ScrollUp,
+        column: x,
+        row: y,
+        modifiers: KeyModifiers::NONE,
+    });
+    assert!((a.time_at(x) - t_at).abs() < (a.to_ns - a.from_ns) / 100);
+    assert!(a.to_ns - a.from_ns < w0);
+    let from = a.from_ns;
+    let per_col = (a.to_ns - a.from_ns) / a.plot.width as i64;
+    for (kind, col) in [
+        (MouseEventKind::Down(MouseButton::Left), x),
+        (MouseEventKind::Drag(MouseButton::Left), x + 10),
+        (MouseEventKind::Up(MouseButton::Left), x + 10),
+    ] {
+        a.on_mouse(MouseEvent {
+            kind,
+            column: col,
+            row: y,
+            modifiers: KeyModifiers::NONE,
+        });
+    }
+    assert!(((from - a.from_ns) - 10 * per_col).abs() <= per_col);
+    key(&mut a, KeyCode::Char('q'));
+    assert!(a.quit);
+}
+
+#[test]
+fn hotspot_enter_jumps_to_instances_and_n_steps_through_them() {
+    let mut a = app(&[SWIN]);
+    screen(&mut a, 120, 30);
+    key(&mut a, KeyCode::Char('2'));
+    // aten::addmm is the third row of the op table.
+    keys(&mut a, "jj");
+    key(&mut a, KeyCode::Enter);
+    assert_eq!(a.view, View::Timeline);
+    let first = a.selection.expect("an instance is selected");
+    assert!(matches!(first.span.item, ItemRef::Range(_)));
+    let d = a.details.clone().unwrap();
+    assert_eq!(d.title, "nvtx_push_pop aten::addmm");
+    // The view holds the instance.
+    assert!(a.from_ns <= first.span.start_ns && a.to_ns >= first.span.end_ns);
+    key(&mut a, KeyCode::Char('n'));
+    let second = a.selection.unwrap();
+    assert!(second.span.start_ns > first.span.start_ns);
+    key(&mut a, KeyCode::Char('N'));
+    assert_eq!(a.selection.unwrap().span, first.span);
+
+    // The kernel table: instances are kernels on the stream.
+    key(&mut a, KeyCode::Char('2'));
+    keys(&mut a, "lll");
+    key(&mut a, KeyCode::Enter);
+    let k = a.selection.unwrap();
+    assert!(matches!(k.span.item, ItemRef::Kernel(_)));
+    let d = a.details.clone().unwrap();
+    assert!(d.lines.iter().any(|(k, _)| k == "launched by"));
+    assert!(d.lines.iter().any(|(k, _)| k == "op"));
+    assert!(d.lines.iter().any(|(k, _)| k == "module"));
+    // f follows the launch flow to the API call and back.
+    key(&mut a, KeyCode::Char('f'));
+    assert!(matches!(a.selection.unwrap().span.item, ItemRef::Api(_)));
+    key(&mut a, KeyCode::Char('f'));
+    assert_eq!(a.selection.unwrap().span.item, k.span.item);
+}
+
+#[test]
+fn search_tree_jump_steps_and_scope() {
+    let mut a = app(&[SWIN]);
+    screen(&mut a, 120, 30);
+    key(&mut a, KeyCode::Char('/'));
+    keys(&mut a, "softmax");
+    key(&mut a, KeyCode::Enter);
+    let s = a.selection.expect("a softmax instance");
+    let name = a.details.clone().unwrap().title.to_lowercase();
+    assert!(name.contains("softmax"), "{name}");
+    key(&mut a, KeyCode::Char('n'));
+    assert!(a.selection.unwrap().span.start_ns > s.span.start_ns);
+
+    // The tree: the model's node, expanded, then g jumps to its instances.
+    key(&mut a, KeyCode::Char('3'));
+    key(&mut a, KeyCode::Char('g'));
+    assert_eq!(a.view, View::Timeline);
+    assert!(a.details.clone().unwrap().title.contains("SwinTransformer"));
+
+    // Steps: the recording ran the model three times.
+    key(&mut a, KeyCode::Char(']'));
+    assert_eq!(a.current_step, Some(0));
+    let w0 = (a.from_ns, a.to_ns);
+    key(&mut a, KeyCode::Char(']'));
+    assert_eq!(a.current_step, Some(1));
+    assert!(a.from_ns > w0.0);
+    key(&mut a, KeyCode::Char('['));
+    assert_eq!((a.from_ns, a.to_ns), w0);
+    // The step selector scopes the tables.
+    key(&mut a, KeyCode::Char('S'));
+    keys(&mut a, "jj");
+    key(&mut a, KeyCode::Enter);
+    assert_eq!(a.step, Some(1));
+    key(&mut a, KeyCode::Char('2'));
+    let text = screen(&mut a, 120, 24);
+    assert!(text.contains("scope: step 1"), "{text}");
+}
+
+#[test]
+fn bad_input_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("notes.txt");
+    std::fs::write(&text, "not a run").unwrap();
+    let open = |p: &Path| {
+        let mut cfg = TuiConfig::new(vec![p.to_path_buf()]);
+        cfg.loading = Loading::Blocking;
+        App::new(cfg).err().expect("refused").to_string()
+    };
+    let e = open(&text);
+    assert!(e.contains("not a fuseprof run file"), "{e}");
+    let missing = open(&dir.path().join("missing.sqlite"));
+    assert!(missing.contains("missing.sqlite"), "{missing}");
+
+    // A run with ranges but no kernels.
+    let p = dir.path().join("no_kernels.sqlite");
+    let mut w = Writer::create(&p, CreateOptions::default()).unwrap();
+    let n = w.intern("step");
+    let mut r = Range::new(RangeKind::NvtxPushPop, n, 1, 1, 0);
+    r.end_ns = Some(10);
+    w.range(r).unwrap();
+    w.finish(RunInfo {
+        source_format: "cupti".into(),
+        ..Default::default()
+    })
+    .unwrap();
+    let e = open(&p);
+    assert!(e.contains("holds no kernels"), "{e}");
+    assert!(matches!(
+        fuseprof_tui::run(TuiConfig::new(vec![p])),
+        Err(Error::NoTty) | Err(Error::NoGpuWork { .. })
+    ));
+}
+
+/// Every real trace and recording of the fixtures opens, draws every view, and takes a
+/// session of keys (zoom, pan, lanes, select, step, search, tables, tree) without a panic.
+#[test]
+fn every_fixture_survives_every_view_and_a_session() {
+    let mut rels: Vec<String> = fuseprof_fixtures::KINETO
+        .iter()
+        .chain(fuseprof_fixtures::NSYS)
+        .map(|s| s.to_string())
+        .collect();
+    for f in std::fs::read_dir(fuseprof_fixtures::path("recordings")).unwrap() {
+        let name = f.unwrap().file_name().to_string_lossy().to_string();
+        if name.ends_with(".sqlite.gz") {
+            rels.push(format!("recordings/{name}"));
+        }
+    }
+    for rel in &rels {
+        // Kineto and nsys files are imported, recordings decompressed.
+        let mut cfg = TuiConfig::new(vec![store_for(rel)]);
+        cfg.loading = Loading::Blocking;
+        let mut a = App::new(cfg).unwrap_or_else(|e| panic!("{rel}: {e}"));
+        for k in "1+++jj\r.,f]S\x1bjjj\r2ljs\rr3\rjjlg4/a\rnN5q".chars() {
+            let code = match k {
+                '\r' => KeyCode::Enter,
+                '\x1b' => KeyCode::Esc,
+                c => KeyCode::Char(c),
+            };
+            screen(&mut a, 100, 30);
+            key(&mut a, code);
+        }
+        let s = screen(&mut a, 100, 30);
+        assert!(a.quit && s.contains("fuseprof"), "{rel}:\n{s}");
+    }
+}
