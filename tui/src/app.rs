@@ -47,6 +47,7 @@ pub enum View {
     Tree,
     Details,
     Diff,
+    Advisor,
 }
 
 /// The selected record.
@@ -146,6 +147,8 @@ pub struct App {
     pub help: bool,
     /// Which diff table the diff view shows: ops, shapes, kernels.
     pub diff_table: usize,
+    /// The selected proposal in the advisor view.
+    pub advisor_row: usize,
     pub message: String,
     pub quit: bool,
     /// Where the last frame drew the timeline's plot (mouse and pan steps use it).
@@ -208,6 +211,7 @@ impl App {
             step_popup: None,
             help: false,
             diff_table: 0,
+            advisor_row: 0,
             message: String::new(),
             quit: false,
             plot: Rect::new(0, 0, 80, 10),
@@ -375,6 +379,10 @@ impl App {
             KeyCode::Char('3') => self.view = View::Tree,
             KeyCode::Char('4') => self.view = View::Details,
             KeyCode::Char('5') if self.runs.len() > 1 => self.view = View::Diff,
+            KeyCode::Char('6') => {
+                self.view = View::Advisor;
+                self.runs[0].advice();
+            }
             KeyCode::Char('/') => self.input = Some(Input::Search(String::new())),
             KeyCode::Char('n') => self.jump_instance(Direction::Forward),
             KeyCode::Char('N') => self.jump_instance(Direction::Backward),
@@ -388,6 +396,7 @@ impl App {
                 View::Diff if k.code == KeyCode::Char('t') => self.diff_table += 1,
                 View::Timeline | View::Diff => self.on_timeline_key(k),
                 View::Hotspots => self.on_hotspots_key(k),
+                View::Advisor => self.on_advisor_key(k),
                 View::Tree => self.on_tree_key(k),
                 View::Details => match k.code {
                     KeyCode::Char('j') | KeyCode::Down => self.details_scroll += 1,
@@ -406,6 +415,7 @@ impl App {
         if self.runs.len() > 1 {
             views.push(View::Diff);
         }
+        views.push(View::Advisor);
         let i = views.iter().position(|&v| v == self.view).unwrap_or(0) as i32;
         let n = views.len() as i32;
         self.view = views[((i + d) % n + n) as usize % views.len()];
@@ -865,6 +875,35 @@ impl App {
                     }
                 )
             }
+        }
+    }
+
+    fn on_advisor_key(&mut self, k: KeyEvent) {
+        let crate::run::AdviceState::Ready(advice) = self.runs[0].advice() else {
+            return;
+        };
+        let advice = advice.clone();
+        let n = advice.proposals.len();
+        match k.code {
+            KeyCode::Char('j') | KeyCode::Down if self.advisor_row + 1 < n => self.advisor_row += 1,
+            KeyCode::Char('k') | KeyCode::Up => {
+                self.advisor_row = self.advisor_row.saturating_sub(1)
+            }
+            KeyCode::Enter => {
+                let Some(p) = advice.proposals.get(self.advisor_row) else {
+                    return;
+                };
+                // The chain's instances are those of its first op with its shapes.
+                let first = &p.ops[0];
+                let (name, dims) = match first.split_once(' ') {
+                    Some((n, d)) => (n, Some(d)),
+                    None => (first.as_str(), None),
+                };
+                let mut inst = self.instances_for(GroupBy::Shape, name, dims);
+                inst.label = p.id.clone();
+                self.start_instances(inst);
+            }
+            _ => {}
         }
     }
 

@@ -38,6 +38,7 @@ pub enum AnalysisState {
 }
 
 enum Msg {
+    Advice(std::result::Result<Arc<fuseprof_fusion_advisor::Advice>, String>),
     Part(PassPart),
     PassDone(std::result::Result<f64, String>),
     Raw(usize, std::result::Result<RawWindow, String>),
@@ -68,6 +69,14 @@ struct RawReq {
     lookback_ns: i64,
 }
 
+/// Where the advisor's proposals for a run are.
+pub enum AdviceState {
+    Running,
+    Ready(Arc<fuseprof_fusion_advisor::Advice>),
+    /// The advisor's one-line reason (no op ranges, no shapes, ...).
+    Failed(String),
+}
+
 pub struct RunState {
     pub meta: Meta,
     pub store: Store,
@@ -82,6 +91,8 @@ pub struct RunState {
     /// Windows known to hold more than a raw read takes, per track.
     dense: HashMap<usize, (i64, i64)>,
     pub analyses: HashMap<Option<usize>, AnalysisState>,
+    /// `fuseprof advise` on this run: None until the advisor view first asks for it.
+    pub advice: Option<AdviceState>,
     loading: Loading,
     tx: Sender<Msg>,
     rx: Receiver<Msg>,
@@ -119,6 +130,7 @@ impl RunState {
             pending: HashMap::new(),
             dense: HashMap::new(),
             analyses: HashMap::new(),
+            advice: None,
             loading,
             tx,
             rx,
@@ -298,6 +310,12 @@ impl RunState {
                 Msg::Raw(track, Err(e)) => {
                     self.pending.remove(&track);
                     self.errors.push(format!("reading a window: {e}"));
+                }
+                Msg::Advice(r) => {
+                    self.advice = Some(match r {
+                        Ok(a) => AdviceState::Ready(a),
+                        Err(e) => AdviceState::Failed(e),
+                    });
                 }
                 Msg::Analysis(step, r) => {
                     self.analyses.insert(
@@ -685,6 +703,38 @@ impl RunState {
                 None
             }
         }
+    }
+
+    /// The advisor's proposals (with `bench` results where the run has them), started if they
+    /// are not there.
+    pub fn advice(&mut self) -> &AdviceState {
+        if self.advice.is_none() {
+            let path = self.meta.path.clone();
+            let job = move || {
+                fuseprof_fusion_advisor::advise_file(
+                    &path,
+                    &fuseprof_fusion_advisor::AdviseConfig::default(),
+                )
+                .map(Arc::new)
+                .map_err(|e| e.to_string())
+            };
+            match self.loading {
+                Loading::Blocking => {
+                    self.advice = Some(match job() {
+                        Ok(a) => AdviceState::Ready(a),
+                        Err(e) => AdviceState::Failed(e),
+                    });
+                }
+                Loading::Background => {
+                    self.advice = Some(AdviceState::Running);
+                    let tx = self.tx.clone();
+                    std::thread::spawn(move || {
+                        let _ = tx.send(Msg::Advice(job()));
+                    });
+                }
+            }
+        }
+        self.advice.as_ref().unwrap_or(&AdviceState::Running)
     }
 
     /// The analysis of the whole run if it is ready, without starting one.

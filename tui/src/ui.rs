@@ -13,7 +13,7 @@ use ratatui::Frame;
 use crate::app::{App, Input, View};
 use crate::format::{count, dur, fit, nice_step, short_kernel, tick};
 use crate::model::*;
-use crate::run::AnalysisState;
+use crate::run::{AdviceState, AnalysisState};
 
 /// Smallest terminal the explorer draws in.
 pub const MIN_WIDTH: u16 = 60;
@@ -91,6 +91,7 @@ pub fn draw(f: &mut Frame, app: &mut App) {
         View::Hotspots => draw_hotspots(f, app, main),
         View::Tree => draw_tree(f, app, main),
         View::Details => draw_details(f, app, main, true),
+        View::Advisor => draw_advisor(f, app, main),
         View::Diff => {
             let [top, bottom] =
                 Layout::vertical([Constraint::Percentage(40), Constraint::Min(5)]).areas(main);
@@ -117,6 +118,7 @@ fn draw_tabs(f: &mut Frame, app: &App, area: Rect) {
     if app.runs.len() > 1 {
         views.push((View::Diff, "5 Diff"));
     }
+    views.push((View::Advisor, "6 Advisor"));
     let mut spans = vec![TSpan::styled(
         " fuseprof ",
         Style::new().add_modifier(Modifier::BOLD),
@@ -665,6 +667,142 @@ pub fn hot_rows(app: &mut App) -> Option<HotTable> {
     Some(HotTable { rows })
 }
 
+/// `fuseprof advise` on the first run: the proposals ranked by saving, with what `bench`
+/// measured, and the selected one's chain, estimate and call.
+fn draw_advisor(f: &mut Frame, app: &mut App, area: Rect) {
+    let [head, table, detail] = Layout::vertical([
+        Constraint::Length(2),
+        Constraint::Percentage(55),
+        Constraint::Min(3),
+    ])
+    .areas(area);
+    let advice = match app.runs[0].advice() {
+        AdviceState::Ready(a) => a.clone(),
+        AdviceState::Running => {
+            f.render_widget(Paragraph::new("matching fusable chains…"), area);
+            return;
+        }
+        AdviceState::Failed(e) => {
+            f.render_widget(
+                Paragraph::new(format!("no advice: {e}")).wrap(Wrap { trim: true }),
+                area,
+            );
+            return;
+        }
+    };
+    let per = if advice.run.steps == 0 { "run" } else { "step" };
+    let t = &advice.totals;
+    f.render_widget(
+        Paragraph::new(vec![
+            Line::from(format!(
+                " {} proposals cover {:.1}% of the {per}'s GPU time; expected saving {} per {per} \
+                 ({:.1}%){}",
+                t.proposals,
+                t.coverage_pct_of_step,
+                dur(t.saving_ns_per_step as i64),
+                t.saving_pct_of_step,
+                t.measured_saving_ns_per_step
+                    .map(|m| format!("; measured {}", dur(m as i64)))
+                    .unwrap_or_default()
+            )),
+            Line::from(TSpan::styled(
+                format!(
+                    " j/k proposal  Enter: its instances on the timeline (n/N)   {} matched but \
+                     not proposed, {} fusable without a bundled kernel (fuseprof advise lists them)",
+                    advice.not_proposed.len(),
+                    advice.unbundled.len()
+                ),
+                Style::new().fg(Color::DarkGray),
+            )),
+        ]),
+        head,
+    );
+    if advice.proposals.is_empty() {
+        f.render_widget(
+            Paragraph::new("no proposals for this run")
+                .block(Block::default().borders(Borders::TOP)),
+            table,
+        );
+        return;
+    }
+    app.advisor_row = app.advisor_row.min(advice.proposals.len() - 1);
+    let w = table.width as usize;
+    let id_w = w.saturating_sub(8 + 10 * 4 + 8 + 12).max(12);
+    let mut lines = vec![Line::from(TSpan::styled(
+        format!(
+            "{:>3} {:<id_w$} {:>8} {:>9} {:>9} {:>9} {:>7} {:<7} {}",
+            "#", "proposal", "n/step", "now", "expected", "saving", "%", "conf", "measured"
+        ),
+        Style::new().add_modifier(Modifier::BOLD),
+    ))];
+    let rows = table.height.saturating_sub(2) as usize;
+    let first = app.advisor_row.saturating_sub(rows.saturating_sub(1));
+    for (i, p) in advice.proposals.iter().enumerate().skip(first).take(rows) {
+        let measured = match &p.measured {
+            Some(m) if m.status == "passed" => format!(
+                "{} ({:.2}x)",
+                dur(((m.baseline_ns - m.ours_ns) * p.instances_per_step) as i64),
+                m.baseline_ns / m.ours_ns
+            ),
+            Some(m) => m.status.to_uppercase(),
+            None => "-".into(),
+        };
+        let style = if i == app.advisor_row {
+            Style::new().add_modifier(Modifier::REVERSED)
+        } else {
+            Style::new()
+        };
+        lines.push(Line::from(TSpan::styled(
+            format!(
+                "{:>3} {:<id_w$} {:>8.1} {:>9} {:>9} {:>9} {:>7.2} {:<7} {}",
+                p.rank,
+                fit(&p.id, id_w),
+                p.instances_per_step,
+                dur(p.current_ns_per_step as i64),
+                dur(p.expected_ns_per_step as i64),
+                dur(p.saving_ns_per_step as i64),
+                p.saving_pct_of_step,
+                p.confidence,
+                measured
+            ),
+            style,
+        )));
+    }
+    f.render_widget(
+        Paragraph::new(lines).block(Block::default().borders(Borders::TOP)),
+        table,
+    );
+    let p = &advice.proposals[app.advisor_row];
+    let mut text = vec![
+        Line::from(TSpan::styled(
+            format!(" {}  [{} {}]", p.title, p.shape, p.dtype),
+            Style::new().add_modifier(Modifier::BOLD),
+        )),
+        Line::from(format!(" where: {}", p.modules.join(", "))),
+        Line::from(format!(" chain: {}", p.ops.join(" -> "))),
+        Line::from(format!(
+            " estimate: {:.1} MB, {:.2} GFLOP, {} at the ceilings / {:.0}% ({})",
+            p.estimate.bytes / 1e6,
+            p.estimate.flops / 1e9,
+            dur(p.estimate.floor_ns as i64),
+            p.estimate.efficiency * 100.0,
+            p.estimate.calibrated_on
+        )),
+    ];
+    for a in &p.assumptions {
+        text.push(Line::from(format!(" assumes: {a}")));
+    }
+    for l in p.call.lines() {
+        text.push(Line::from(format!(" call: {l}")));
+    }
+    f.render_widget(
+        Paragraph::new(text)
+            .wrap(Wrap { trim: false })
+            .block(Block::default().borders(Borders::TOP)),
+        detail,
+    );
+}
+
 fn pending(f: &mut Frame, app: &App, area: Rect, what: &str) {
     let state = match app.runs[0].analyses.get(&app.step) {
         Some(AnalysisState::Failed(e)) => format!("the analysis failed: {e}"),
@@ -1008,7 +1146,7 @@ fn draw_step_popup(f: &mut Frame, app: &mut App, area: Rect) {
 
 fn draw_help(f: &mut Frame, area: Rect) {
     let text = [
-        " Views      1 timeline  2 hotspots  3 operator tree  4 details  5 diff (t: its table)  Tab cycles",
+        " Views      1 timeline  2 hotspots  3 operator tree  4 details  5 diff (t: its table)  6 advisor",
         " Timeline   h/l or ←/→ pan   H/L pan a screen   +/- zoom   0 fit   mouse: wheel zooms, drag pans",
         "            j/k or ↑/↓ lane   Enter/Space or click select   ,/. previous/next record on the lane",
         "            f follow the launch flow (kernel <-> API call)   z zoom to the selection   Esc clear",
@@ -1016,6 +1154,7 @@ fn draw_help(f: &mut Frame, area: Rect) {
         " Find       / search kernel and range names   n / N next / previous instance",
         " Hotspots   h/l table  j/k row  s sort column  r reverse  f filter  Enter: instances on the timeline",
         " Tree       Enter/l expand   h collapse   g instances on the timeline",
+        " Advisor    j/k proposal   Enter: the chain's instances on the timeline   Tab cycles views",
         "            q quit   ? this help (any key closes it)",
         "",
         " Lanes with · are still being read; ≈ sampled in the status line: columns estimated from samples",

@@ -393,3 +393,38 @@ fn every_fixture_survives_every_view_and_a_session() {
         assert!(a.quit && s.contains("fuseprof"), "{rel}:\n{s}");
     }
 }
+
+#[test]
+fn the_advisor_view_lists_proposals_and_enter_jumps_to_their_instances() {
+    let mut a = app(&["recordings/swin_t_infer_modules.sqlite.gz"]);
+    key(&mut a, KeyCode::Char('6'));
+    assert_eq!(a.view, View::Advisor);
+    let s = screen(&mut a, 160, 40);
+    assert!(s.contains("6 Advisor"), "{s}");
+    assert!(s.contains("proposals cover"), "{s}");
+    assert!(s.contains("wattn-4096x3x49x32-shifted"), "{s}");
+    assert!(s.contains("call: out = fk.attention(qkv, heads=3"), "{s}");
+    key(&mut a, KeyCode::Char('j'));
+    assert_eq!(a.advisor_row, 1);
+    key(&mut a, KeyCode::Enter);
+    // The second proposal's chain starts with aten::mul on [256, 12, 49, 32]: its first
+    // instance is selected on the timeline.
+    assert_eq!(a.view, View::Timeline, "{}", a.message);
+    assert!(
+        a.message.contains("wattn-256x12x49x32-shifted"),
+        "{}",
+        a.message
+    );
+    assert!(a.selection.is_some());
+}
+
+#[test]
+fn the_advisor_view_says_why_a_run_has_no_advice() {
+    let mut a = app(&["kineto/hta_critical_path_alexnet_trace.json.gz"]);
+    key(&mut a, KeyCode::Char('6'));
+    let s = screen(&mut a, 160, 20);
+    assert!(
+        s.contains("no advice:") && s.contains("input shapes"),
+        "{s}"
+    );
+}
