@@ -538,3 +538,126 @@ fn an_unreachable_history_database_is_one_line() {
     let e = history::parse_labels("branch").unwrap_err().to_string();
     assert!(e.contains("NAME=VALUE"), "{e}");
 }
+
+/// A PostgreSQL server of our own: initdb in a temporary folder, a free port on 127.0.0.1,
+/// stopped when dropped. As root (which initdb refuses) it runs as `nobody`.
+struct Postgres {
+    dir: tempfile::TempDir,
+    bin: PathBuf,
+    port: u16,
+}
+
+/// Where initdb and pg_ctl are: on PATH, else Debian's /usr/lib/postgresql/VERSION/bin.
+fn postgres_bin() -> Option<PathBuf> {
+    let on_path = std::env::var_os("PATH").and_then(|p| {
+        std::env::split_paths(&p).find(|d| d.join("initdb").is_file() && d.join("pg_ctl").is_file())
+    });
+    on_path.or_else(|| {
+        let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+            .ok()?
+            .filter_map(|e| Some(e.ok()?.path().join("bin")))
+            .filter(|d| d.join("initdb").is_file())
+            .collect();
+        found.sort();
+        found.pop()
+    })
+}
+
+fn is_root() -> bool {
+    std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+impl Postgres {
+    fn run(&self, tool: &str, args: &str) -> std::process::Output {
+        let cmd = format!("'{}' {args}", self.bin.join(tool).display());
+        let mut c = if is_root() {
+            let mut c = std::process::Command::new("su");
+            c.args(["nobody", "-s", "/bin/sh", "-c", &cmd]);
+            c
+        } else {
+            let mut c = std::process::Command::new("sh");
+            c.args(["-c", &cmd]);
+            c
+        };
+        c.output().unwrap()
+    }
+
+    /// Starts one, or says why it cannot; in CI (`CI=true`) a missing PostgreSQL fails the
+    /// test instead (`.ci/setup` installs it).
+    fn start() -> Option<Postgres> {
+        let Some(bin) = postgres_bin() else {
+            let why = "PostgreSQL (initdb, pg_ctl) is not installed; `bash .ci/setup` installs it";
+            assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
+            eprintln!("skipping the PostgreSQL tests: {why}");
+            return None;
+        };
+        let dir = tempfile::tempdir().unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let pg = Postgres { dir, bin, port };
+        let d = pg.dir.path().display().to_string();
+        let o = pg.run(
+            "initdb",
+            &format!("-D '{d}/data' -U postgres --auth=trust -E UTF8 --no-sync"),
+        );
+        assert!(
+            o.status.success(),
+            "initdb: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let o = pg.run(
+            "pg_ctl",
+            &format!(
+                "start -w -t 60 -D '{d}/data' -l '{d}/log' -o \"-p {port} -k '{d}' -c listen_addresses=127.0.0.1 -c fsync=off\""
+            ),
+        );
+        assert!(
+            o.status.success(),
+            "pg_ctl start: {}{}",
+            String::from_utf8_lossy(&o.stderr),
+            std::fs::read_to_string(pg.dir.path().join("log")).unwrap_or_default()
+        );
+        Some(pg)
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let d = self.dir.path().display().to_string();
+        self.run("pg_ctl", &format!("stop -w -D '{d}/data' -m fast"));
+    }
+}
+
+#[test]
+fn history_on_postgresql() {
+    let Some(pg) = Postgres::start() else { return };
+    exercise_history(&pg.url());
+    // The same database opened again: the migrations are not applied twice.
+    let h = History::open(&pg.url()).unwrap();
+    assert_eq!(h.runs(&Default::default(), 3).unwrap().len(), 3);
+}
+
+#[test]
+fn a_password_never_reaches_a_message() {
+    let e = match History::open("postgres://ci:s3cret@127.0.0.1:1/perf") {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("opened"),
+    };
+    assert!(
+        !e.contains("s3cret") && e.contains("postgres://ci:***@127.0.0.1:1/perf"),
+        "{e}"
+    );
+}

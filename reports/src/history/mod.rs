@@ -173,9 +173,10 @@ pub fn summarize(path: &Path, labels: Labels) -> Result<RunSummary> {
 /// `url` with any password replaced, for messages.
 fn redact(url: &str) -> String {
     if let Some((scheme, rest)) = url.split_once("://") {
-        if let Some((userinfo, host)) = rest.split_once('@') {
-            let user = userinfo.split(':').next().unwrap_or("");
-            return format!("{scheme}://{user}:***@{host}");
+        if let Some((userinfo, host)) = rest.rsplit_once('@') {
+            if let Some((user, _password)) = userinfo.split_once(':') {
+                return format!("{scheme}://{user}:***@{host}");
+            }
         }
     }
     url.to_string()
