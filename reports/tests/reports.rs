@@ -661,3 +661,171 @@ fn a_password_never_reaches_a_message() {
         "{e}"
     );
 }
+
+// ---- In a browser --------------------------------------------------------------------------
+
+fn chromium() -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    for name in [
+        "chromium",
+        "chromium-browser",
+        "google-chrome",
+        "headless_shell",
+    ] {
+        if let Some(d) = std::env::split_paths(&path).find(|d| d.join(name).is_file()) {
+            return Some(d.join(name));
+        }
+    }
+    None
+}
+
+/// Runs headless Chromium on `page` with `extra` arguments; returns (stdout, stderr).
+fn run_chromium(bin: &Path, page: &Path, extra: &[&str]) -> (String, String) {
+    let profile = tempfile::tempdir().unwrap();
+    let o = std::process::Command::new("timeout")
+        .arg("120")
+        .arg(bin)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--hide-scrollbars",
+            "--enable-logging=stderr",
+            "--v=0",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(extra)
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "chromium: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// The page Chromium checks: the Swin-T run with one GEMM kernel made slower, against the
+/// recording, with the bench results measured on the H100, a failing gate and a history.
+fn swin_page_for_browser() -> PathBuf {
+    let run = slower_swin();
+    let bench: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(fuseprof_fixtures::path(
+            "../fusion-advisor/bench/results/h100-2026-11-25/bench_swin.json",
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let results: Vec<fuseprof_store::BenchResult> = bench["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| serde_json::from_value(r["measured"].clone()).unwrap())
+        .collect();
+    let benched = tmpdir().join("swin_slower_benched.sqlite");
+    std::fs::copy(&run, &benched).unwrap();
+    fuseprof_store::record_bench_results(&benched, &results).unwrap();
+    let page = out("browser.html");
+    let o = report::generate(&ReportConfig {
+        run: benched,
+        output: page.clone(),
+        baseline: Some(recording(SWIN)),
+        gate: Some(Gate::parse("step_time<=+3%,op:aten::addmm<=+10%,new_kernels<=0").unwrap()),
+        ..Default::default()
+    })
+    .unwrap();
+    assert!(!o.gate.unwrap().passed());
+    page
+}
+
+#[test]
+fn the_page_in_headless_chromium() {
+    let Some(bin) = chromium() else {
+        let why = "Chromium is not installed; `bash .ci/setup` installs it";
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
+        eprintln!("skipping the Chromium test: {why}");
+        return;
+    };
+    let page = swin_page_for_browser();
+    let html = std::fs::read_to_string(&page).unwrap();
+    // A copy with a probe: it records script errors, clicks a table header (the sorter runs),
+    // and writes every chart's rendered size into the DOM that --dump-dom prints.
+    let probe_head = "<script>window.__errors = [];\
+        window.addEventListener('error', function (e) { window.__errors.push(String(e.message)); });\
+        </script>";
+    let probe_tail = "<script>\
+        var th = document.querySelector('table.sortable th.n'); if (th) { th.click(); th.click(); }\
+        var sizes = Array.prototype.map.call(document.querySelectorAll('svg'), function (s) {\
+          var r = s.getBoundingClientRect(); return Math.round(r.width) + 'x' + Math.round(r.height); });\
+        var sections = Array.prototype.map.call(document.querySelectorAll('section'), function (s) { return s.id; });\
+        var out = document.createElement('pre'); out.id = 'probe';\
+        out.textContent = JSON.stringify({errors: window.__errors, sizes: sizes, sections: sections});\
+        document.body.appendChild(out);</script>";
+    let probed = html
+        .replacen("<head>", &format!("<head>{probe_head}"), 1)
+        .replacen("</body>", &format!("{probe_tail}</body>"), 1);
+    let probe_page = out("browser_probe.html");
+    std::fs::write(&probe_page, probed).unwrap();
+    let (dom, log) = run_chromium(
+        &bin,
+        &probe_page,
+        &["--dump-dom", "--window-size=1280,2200"],
+    );
+    let start = dom.find("<pre id=\"probe\">").expect("the probe ran") + 16;
+    let end = start + dom[start..].find("</pre>").unwrap();
+    let probe: serde_json::Value = serde_json::from_str(
+        &dom[start..end]
+            .replace("&quot;", "\"")
+            .replace("&amp;", "&"),
+    )
+    .unwrap();
+    assert_eq!(probe["errors"], serde_json::json!([]), "script errors");
+    let console_errors: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("CONSOLE") && (l.contains("ERROR") || l.contains("Uncaught")))
+        .collect();
+    assert!(console_errors.is_empty(), "{console_errors:?}");
+    let sizes = probe["sizes"].as_array().unwrap();
+    assert!(sizes.len() >= 6, "{sizes:?}");
+    for s in sizes {
+        let (w, h) = s.as_str().unwrap().split_once('x').unwrap();
+        let (w, h): (u32, u32) = (w.parse().unwrap(), h.parse().unwrap());
+        assert!(w > 300 && h > 50, "a chart drawn at {w}x{h}");
+    }
+    let sections: Vec<&str> = probe["sections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        sections,
+        [
+            "gate", "run", "steps", "gpu-time", "timeline", "hotspots", "roofline", "advice",
+            "diff"
+        ]
+    );
+    // The screenshot, kept as an artifact of the test run.
+    let shot = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("report-swin-t.png");
+    let _ = std::fs::remove_file(&shot);
+    run_chromium(
+        &bin,
+        &page,
+        &[
+            &format!("--screenshot={}", shot.display()),
+            "--window-size=1280,2200",
+        ],
+    );
+    let png = std::fs::read(&shot).unwrap();
+    assert!(
+        png.starts_with(b"\x89PNG") && png.len() > 50_000,
+        "{} bytes",
+        png.len()
+    );
+    eprintln!("screenshot: {}", shot.display());
+}
