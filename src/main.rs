@@ -29,7 +29,9 @@ use fuseprof_store::Store;
       fuseprof diff before.sqlite after.sqlite\n  \
       fuseprof advise run.sqlite                      # fusable chains, bundled kernels, savings\n  \
       fuseprof bench run.sqlite --all                 # measure them on a GPU\n  \
-      fuseprof export run.sqlite -o trace.json        # open in ui.perfetto.dev"
+      fuseprof export run.sqlite -o trace.json        # open in ui.perfetto.dev\n  \
+      fuseprof report run.sqlite -o report.html --baseline base.sqlite --gate 'step_time<=+3%'\n  \
+      fuseprof push run.sqlite --label branch=main    # run history (SQLite or PostgreSQL)"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -231,6 +233,81 @@ enum Command {
         /// The run file to explore, or two (before and after) to compare.
         #[arg(required = true, num_args = 1..=2)]
         runs: Vec<PathBuf>,
+    },
+    /// Turn a run (and a baseline) into one self-contained HTML page, check a CI gate, and
+    /// write a Markdown summary and JUnit XML. Exit code 1 when a gate rule fails.
+    #[command(after_help = "Examples:\n  \
+        fuseprof report run.sqlite -o report.html\n  \
+        fuseprof report run.sqlite -o report.html --baseline base.sqlite \\\n      \
+        --gate 'step_time<=+3%,op:aten::addmm<=+10%,new_kernels<=0' \\\n      \
+        --summary summary.md --junit gate.xml\n  \
+        fuseprof report run.sqlite -o report.html --history --label branch=main\n\n\
+        Gate rules (comma-separated, or a TOML file with rules = [...] and noise_sigmas):\n  \
+        step_time / step_wall <= +3% | +0.2ms | 12ms   GPU (wall) time per step; a change\n      \
+        inside the steps' noise passes\n  \
+        op:NAME, kernel:NAME, class:NAME <= +10% | +50us | 2ms\n  \
+        new_kernels, removed_kernels, new_ops <= COUNT\n\
+        Outputs are replaced if they exist; none is left half written.")]
+    Report {
+        /// The run file to report on.
+        run: PathBuf,
+        /// The HTML page to write.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// The run to compare with: a run file or an `analyze --json` document.
+        #[arg(long)]
+        baseline: Option<PathBuf>,
+        /// Gate rules, or a TOML file of them; a broken rule exits with code 1.
+        #[arg(long)]
+        gate: Option<String>,
+        /// Also write a Markdown summary (for $GITHUB_STEP_SUMMARY or a PR comment).
+        #[arg(long)]
+        summary: Option<PathBuf>,
+        /// Also write the gate's verdict as JUnit XML.
+        #[arg(long)]
+        junit: Option<PathBuf>,
+        /// Add a trend chart of the runs in the history database.
+        #[arg(long)]
+        history: bool,
+        /// The history database (with --history): a PostgreSQL URL or an SQLite file.
+        #[arg(long, default_value = fuseprof_reports::history::DEFAULT_DB)]
+        db: String,
+        /// With --history: only runs with these labels (NAME=VALUE,...).
+        #[arg(long)]
+        label: Option<String>,
+    },
+    /// Store a run's summary (per-step times, per-op and per-class totals, device, versions,
+    /// labels) in the history database. Pushing the same run again stores it once.
+    #[command(after_help = "Examples:\n  \
+        fuseprof push run.sqlite --label branch=main,commit=abc123\n  \
+        fuseprof push run.sqlite --db postgres://ci@db.internal/perf --label branch=main")]
+    Push {
+        /// The run file to store.
+        run: PathBuf,
+        /// A PostgreSQL URL or an SQLite file (created if missing).
+        #[arg(long, default_value = fuseprof_reports::history::DEFAULT_DB)]
+        db: String,
+        /// Labels for the run, NAME=VALUE separated by commas.
+        #[arg(long)]
+        label: Option<String>,
+    },
+    /// List the runs in the history database, oldest first, with the step time trend.
+    #[command(after_help = "Examples:\n  \
+        fuseprof history --label branch=main\n  \
+        fuseprof history --db postgres://ci@db.internal/perf --limit 20 --json")]
+    History {
+        /// A PostgreSQL URL or an SQLite file.
+        #[arg(long, default_value = fuseprof_reports::history::DEFAULT_DB)]
+        db: String,
+        /// Only runs with all of these labels (NAME=VALUE,...).
+        #[arg(long)]
+        label: Option<String>,
+        /// The latest this many runs.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
     },
     /// Show what a run holds: source, devices, counts, time span.
     #[command(after_help = "Example:\n  fuseprof info run.sqlite --json")]
@@ -506,6 +583,91 @@ fn run(command: Command) -> Result<ExitCode> {
             }
         }
         Command::Tui { runs } => fuseprof_tui::run(fuseprof_tui::TuiConfig::new(runs))?,
+        Command::Report {
+            run,
+            output,
+            baseline,
+            gate,
+            summary,
+            junit,
+            history,
+            db,
+            label,
+        } => {
+            use fuseprof_reports::{gate::Gate, history as hist, report};
+            let gate = gate.as_deref().map(Gate::from_arg).transpose()?;
+            if let Some(g) = &gate {
+                if g.needs_baseline() && baseline.is_none() {
+                    anyhow::bail!("--gate: the rules compare against a baseline; pass --baseline");
+                }
+            }
+            let history = if history {
+                let labels = hist::parse_labels(label.as_deref().unwrap_or(""))?;
+                let key = hist::run_key(&run)?;
+                let runs = hist::History::open(&db)?.runs(&labels, 100)?;
+                // This run is drawn last on its own; leave out its own earlier push.
+                Some(runs.into_iter().filter(|r| r.key != key).collect())
+            } else {
+                None
+            };
+            let cfg = report::ReportConfig {
+                run,
+                output,
+                baseline,
+                gate,
+                summary,
+                junit,
+                history,
+            };
+            let outcome = report::generate(&cfg)?;
+            for w in &outcome.warnings {
+                eprintln!("fuseprof: warning: {w}");
+            }
+            for p in &outcome.written {
+                eprintln!("wrote {}", p.display());
+            }
+            if let Some(g) = &outcome.gate {
+                for f in g.failed() {
+                    eprintln!("fuseprof: gate rule failed: {}: {}", f.rule, f.measured);
+                }
+                if !g.passed() {
+                    return Ok(ExitCode::FAILURE);
+                }
+                eprintln!("gate: all {} rules hold", g.outcomes.len());
+            }
+        }
+        Command::Push { run, db, label } => {
+            use fuseprof_reports::history as hist;
+            let labels = hist::parse_labels(label.as_deref().unwrap_or(""))?;
+            let summary = hist::summarize(&run, labels)?;
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as i64)
+                .unwrap_or(0);
+            match hist::History::open(&db)?.push(&summary, now)? {
+                hist::Pushed::Stored => eprintln!("stored run {} ({})", summary.key, run.display()),
+                hist::Pushed::AlreadyThere => eprintln!(
+                    "run {} ({}) is already in the history; nothing changed",
+                    summary.key,
+                    run.display()
+                ),
+            }
+        }
+        Command::History {
+            db,
+            label,
+            limit,
+            json,
+        } => {
+            use fuseprof_reports::history as hist;
+            let labels = hist::parse_labels(label.as_deref().unwrap_or(""))?;
+            let runs = hist::History::open(&db)?.runs(&labels, limit)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&runs)?);
+            } else {
+                print!("{}", hist::render_text(&runs));
+            }
+        }
         Command::Info { run, json } => {
             let mut store = Store::open(&run)?;
             let info = store.info()?;

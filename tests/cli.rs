@@ -188,3 +188,70 @@ fn collect_passes_the_exit_code_through_and_leaves_a_valid_run() {
     assert_eq!(o.status.code(), Some(127), "{}", stderr(&o));
     assert!(stderr(&o).contains("no-such-program-xyz"), "{}", stderr(&o));
 }
+
+/// `fuseprof report`: exit code 0 when the gate holds, 1 when a rule fails (the failed rule on
+/// stderr), 1 with one line and no files for bad input.
+#[test]
+fn report_gate_exit_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("swin.sqlite");
+    let mut gz = flate2::read::GzDecoder::new(
+        std::fs::File::open(fuseprof_fixtures::path(
+            "recordings/swin_t_infer_modules.sqlite.gz",
+        ))
+        .unwrap(),
+    );
+    std::io::copy(&mut gz, &mut std::fs::File::create(&run).unwrap()).unwrap();
+    let page = dir.path().join("r.html");
+    let md = dir.path().join("s.md");
+    let o = fuseprof(&[
+        "report",
+        s(&run),
+        "-o",
+        s(&page),
+        "--baseline",
+        s(&run),
+        "--gate",
+        "step_time<=+3%,new_kernels<=0",
+        "--summary",
+        s(&md),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(page.exists() && md.exists());
+    // 9.7 ms per step is over an absolute limit of 5 ms.
+    let o = fuseprof(&[
+        "report",
+        s(&run),
+        "-o",
+        s(&page),
+        "--gate",
+        "step_time<=5ms",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("gate rule failed: step_time<=5ms: 9.710 ms per step"),
+        "{}",
+        stderr(&o)
+    );
+    // Bad input: a bad rule, a gate that needs a baseline, an unwritable output.
+    let nowhere = dir.path().join("no/such/dir/r.html");
+    for args in [
+        vec!["report", s(&run), "-o", s(&page), "--gate", "step_time<=3"],
+        vec![
+            "report",
+            s(&run),
+            "-o",
+            s(&page),
+            "--gate",
+            "new_kernels<=0",
+        ],
+        vec!["report", s(&run), "-o", s(&nowhere)],
+    ] {
+        let o = fuseprof(&args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        let e = stderr(&o);
+        assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+        assert!(e.starts_with("fuseprof: "), "{e}");
+    }
+    assert!(!dir.path().join("no").exists());
+}

@@ -125,16 +125,17 @@ def _fusable(block, x):
 
 
 def _swin_add(block, dtype):
-    """The precombined relative-position bias + shifted-window mask, once per block and dtype."""
-    cache = block.__dict__.setdefault("_fuseprof_add", {})
-    if dtype not in cache:
+    """The precombined relative-position bias + shifted-window mask, made once per block (a
+    non-persistent buffer, so that torch.compile reads it as the block's own tensor)."""
+    add = getattr(block, "_fuseprof_add", None)
+    if add is None or add.dtype != dtype:
         attn = block.attn
         bias = attn._get_rel_pos_bias()[0].to(dtype).contiguous()  # [heads, N, N]
         mask = block.attn_mask
         mask = mask.to(dtype).contiguous() if mask is not None else None
-        n = bias.shape[-1]
-        cache[dtype] = fk.attention_add(attn.num_heads, n, bias=bias, window_mask=mask)
-    return cache[dtype]
+        add = fk.attention_add(attn.num_heads, bias.shape[-1], bias=bias, window_mask=mask)
+        block.register_buffer("_fuseprof_add", add, persistent=False)
+    return add
 
 
 def _swin_block_fused(block, x):
