@@ -46,8 +46,10 @@ fn edited_copy(rel: &str, name: &str, sql: &str) -> PathBuf {
         .unwrap();
     rt.block_on(async {
         use sqlx::{ConnectOptions, Executor};
+        // A rollback journal, as the store uses: nothing is left in a WAL file beside the copy.
         let mut c = sqlx::sqlite::SqliteConnectOptions::new()
             .filename(&out)
+            .journal_mode(sqlx::sqlite::SqliteJournalMode::Delete)
             .connect()
             .await
             .unwrap();
@@ -441,12 +443,14 @@ fn bad_input_is_one_line_and_leaves_nothing_behind() {
 use fuseprof_reports::history::{self, History, Pushed};
 
 /// Copies of the Swin-T run that count as different runs (another start time each).
-fn distinct_runs(n: usize) -> Vec<PathBuf> {
+/// `n` runs that differ from each other; `tag` keeps the copies of tests that run at the same
+/// time apart.
+fn distinct_runs(tag: &str, n: usize) -> Vec<PathBuf> {
     (1..=n)
         .map(|i| {
             edited_copy(
                 SWIN,
-                &format!("swin_run{i}.sqlite"),
+                &format!("swin_run{i}_{tag}.sqlite"),
                 &format!(
                     "UPDATE run SET start_unix_ns = start_unix_ns + {i} * 3600000000000; \
                      UPDATE kernels SET end_ns = end_ns + {i} * 1000 \
@@ -485,7 +489,14 @@ fn exercise_history(db: &str) {
     assert!(text.contains("branch=main,commit=abc"), "{text}");
     drop(h);
 
-    let runs = distinct_runs(4);
+    let runs = distinct_runs(
+        if db.starts_with("postgres") {
+            "pg"
+        } else {
+            "lite"
+        },
+        4,
+    );
     let threads: Vec<_> = (0..6)
         .map(|t| {
             let runs = runs.clone();
