@@ -15,6 +15,9 @@ original code and is reported:
     (window_attention), window reverse + shift + residual + the next LayerNorm (window_reverse),
     fc2 + bias + residual as one cuBLASLt epilogue (gemm_residual). fc1 + GELU stays as it is:
     cuBLASLt's exact-GELU epilogue is not faster than the separate GELU.
+  timm ViT Block: attention through the bundled fMHA on the qkv projection's output, writing
+    the projection's input as it lies (full_attention); proj + residual and fc2 + residual as
+    cuBLASLt epilogues (gemm_residual).
 The kernels are torch.library custom ops (fuseprof::...) with fake implementations, so that
 torch.compile traces a patched model and CUDA graphs capture it.
 
@@ -32,7 +35,7 @@ import torch.nn.functional as F
 
 import fuseprof_kernels as fk
 
-PATTERNS = ("window_partition", "window_attention", "window_reverse", "gemm_residual")
+PATTERNS = ("window_partition", "window_attention", "window_reverse", "gemm_residual", "full_attention")
 # ||patched - original|| / ||original|| a module or model may reach (fp16/bf16 chains).
 TOLERANCE = 1e-2
 
@@ -63,6 +66,17 @@ def window_attention(qkv: torch.Tensor, add: torch.Tensor, heads: int, seq: int,
 
 @window_attention.register_fake
 def _(qkv, add, heads, seq, scale):
+    tokens = qkv.numel() // qkv.shape[-1]
+    return qkv.new_empty(tokens, qkv.shape[-1] // 3)
+
+
+@torch.library.custom_op("fuseprof::attention", mutates_args=())
+def attention(qkv: torch.Tensor, heads: int, seq: int, scale: float) -> torch.Tensor:
+    return fk.attention(qkv.contiguous(), heads=heads, seq=seq, scale=scale)
+
+
+@attention.register_fake
+def _(qkv, heads, seq, scale):
     tokens = qkv.numel() // qkv.shape[-1]
     return qkv.new_empty(tokens, qkv.shape[-1] // 3)
 
@@ -176,16 +190,64 @@ def _swin_block_fused(block, x):
     return y.reshape(b, h, w, c)
 
 
-def _patch_swin(module):
-    cls = module.SwinTransformerBlock
+# ---- timm's ViT block ------------------------------------------------------------------------
+
+def _vit_fusable(block, x):
+    """Why the fused path cannot run this call of a timm ViT Block, or None."""
+    if block.training:
+        return "training mode: the bundled kernels have no backward pass"
+    if torch.is_grad_enabled() and x.requires_grad:
+        return "autograd is recording: the bundled kernels have no backward pass"
+    if not x.is_cuda or x.dtype not in (torch.float16, torch.bfloat16) or x.dim() != 3:
+        return f"{x.dtype} {tuple(x.shape)} on {x.device}: the kernels take [B, N, C] fp16/bf16 on CUDA"
+    attn = block.attn
+    if attn.head_dim not in (32, 64) or x.shape[1] > 512:
+        return f"head_dim {attn.head_dim}, {x.shape[1]} tokens: the fMHA takes head_dim 32/64 up to 512"
+    plain = (torch.nn.Identity,)
+    for m in (attn.q_norm, attn.k_norm, getattr(attn, "norm", torch.nn.Identity()), block.ls1, block.ls2):
+        if not isinstance(m, plain):
+            return f"{type(m).__name__} inside the block"
+    if attn.qkv.bias is None or attn.proj.bias is None or block.mlp.fc2.bias is None:
+        return "a projection without bias"
+    if not all(hasattr(block.mlp, a) for a in ("fc1", "act", "norm", "fc2")):
+        return "an MLP other than timm's Mlp"
+    return None
+
+
+def _vit_block_fused(block, x):
+    b, n, c = x.shape
+    attn = block.attn
+    qkv = F.linear(block.norm1(x), attn.qkv.weight, attn.qkv.bias).view(-1, attn.qkv.out_features)
+    if "full_attention" in _apply:
+        a = torch.ops.fuseprof.attention(qkv, attn.num_heads, n, float(attn.scale))
+    else:
+        q, k, v = qkv.view(b, n, 3, attn.num_heads, attn.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
+        a = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b * n, -1)
+    res = x.reshape(b * n, c)
+    if "gemm_residual" in _apply:
+        x = torch.ops.fuseprof.linear_residual(a, attn.proj.weight, attn.proj.bias, res)
+    else:
+        x = res + attn.proj(a)
+    mlp = block.mlp
+    hidden = mlp.norm(mlp.act(mlp.fc1(block.norm2(x))))
+    if "gemm_residual" in _apply:
+        x = torch.ops.fuseprof.linear_residual(hidden, mlp.fc2.weight, mlp.fc2.bias, x)
+    else:
+        x = x + mlp.fc2(hidden)
+    return x.view(b, n, c)
+
+
+def _patch_block_class(cls, fusable, fused, patterns):
+    """Replaces `cls.forward` by one that runs `fused` where `fusable` allows, checks each
+    instance's first fused call against the original, and runs the original otherwise."""
     if getattr(cls, "_fuseprof_patched", False):
         return
     original = cls.forward
 
-    def forward(self, x):
-        if not _enabled:
-            return original(self, x)
-        why = _fusable(self, x)
+    def forward(self, x, *args, **kwargs):
+        if not _enabled or args or any(v is not None for v in kwargs.values()):
+            return original(self, x, *args, **kwargs)
+        why = fusable(self, x)
         name = getattr(self, "_fuseprof_name", cls.__name__)
         if why is not None:
             names = _report["left_alone"].setdefault(why, [])
@@ -195,17 +257,18 @@ def _patch_swin(module):
         if name not in _report["modules"] and not torch.compiler.is_compiling() and \
                 not torch.cuda.is_current_stream_capturing():
             ref = original(self, x)
-            out = _swin_block_fused(self, x)
+            out = fused(self, x)
             err = _rel_err(out, ref)
             _report["modules"][name] = {"class": cls.__name__, "rel_error": err,
                                         "passed": err == err and err <= TOLERANCE}
             return out
-        return _swin_block_fused(self, x)
+        return fused(self, x)
 
     cls.forward = forward
     cls._fuseprof_patched = True
-    for p in _apply:
-        _report["patched"].setdefault(p, []).append(f"{module.__name__}.{cls.__name__}")
+    for p in patterns:
+        if p in _apply:
+            _report["patched"].setdefault(p, []).append(f"{cls.__module__}.{cls.__name__}")
 
 
 # ---- models from timm.create_model: names, whole-model numerics, compile, graphs ---------------
@@ -285,12 +348,18 @@ class _Callable(torch.nn.Module):
 
 
 def _patch_timm(timm):
-    try:
-        import timm.models.swin_transformer as swin
-        if _enabled:
-            _patch_swin(swin)
-    except Exception as e:  # noqa: BLE001 - an unpatchable timm is reported, not fatal
-        _report["left_alone"].setdefault(f"timm Swin not patched: {e}", []).append("timm")
+    if _enabled:
+        for module, cls, fusable, fused, patterns in (
+            ("timm.models.swin_transformer", "SwinTransformerBlock", _fusable, _swin_block_fused,
+             ("window_partition", "window_attention", "window_reverse", "gemm_residual")),
+            ("timm.models.vision_transformer", "Block", _vit_fusable, _vit_block_fused,
+             ("full_attention", "gemm_residual")),
+        ):
+            try:
+                import importlib
+                _patch_block_class(getattr(importlib.import_module(module), cls), fusable, fused, patterns)
+            except Exception as e:  # noqa: BLE001 - an unpatchable timm is reported, not fatal
+                _report["left_alone"].setdefault(f"{module}.{cls} not patched: {e}", []).append("timm")
     original = timm.create_model
 
     def create_model(name, *args, **kwargs):
