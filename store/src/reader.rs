@@ -20,6 +20,31 @@ use crate::{Error, Result, SCHEMA_VERSION};
 use pages::{PageFile, Record};
 
 /// `ranges.kind` as stored, unknown text read as [`RangeKind::Other`] (as the full scan does).
+/// The columns of a [`Range`], in the order [`range_row`] reads them.
+const RANGE_ROW_COLUMNS: &str = "kind, start_ns, end_ns, pid, tid, end_tid, domain_id, name_id, \
+     category_id, color, depth, external_id, correlation_id, input_dims_id, input_types_id";
+
+/// A [`Range`] from a row that selected [`RANGE_ROW_COLUMNS`].
+fn range_row(s: &Stmt<'_>) -> Range {
+    Range {
+        kind: range_kind(s.col_bytes(0)),
+        start_ns: s.col_i64(1),
+        end_ns: s.col_opt_i64(2),
+        pid: s.col_i64(3),
+        tid: s.col_i64(4),
+        end_tid: s.col_opt_i64(5),
+        domain: s.col_opt_i64(6).map(StrId),
+        name: StrId(s.col_i64(7)),
+        category: s.col_opt_i64(8).map(StrId),
+        color: s.col_opt_i64(9),
+        depth: s.col_opt_i64(10),
+        external_id: s.col_opt_i64(11),
+        correlation_id: s.col_opt_i64(12),
+        input_dims: s.col_opt_i64(13).map(StrId),
+        input_types: s.col_opt_i64(14).map(StrId),
+    }
+}
+
 fn range_kind(text: &[u8]) -> RangeKind {
     RangeKind::from_bytes(text).unwrap_or(RangeKind::Other)
 }
@@ -481,11 +506,19 @@ impl Store {
     }
 
     /// Runs a read-only query through the raw handle, calling `row` for each result row.
-    fn scan(&mut self, sql: &str, mut row: impl FnMut(&Stmt<'_>)) -> Result<()> {
+    fn scan(&mut self, sql: &str, row: impl FnMut(&Stmt<'_>)) -> Result<()> {
+        self.query(sql, &[], row)
+    }
+
+    /// Runs `sql` with `params` bound to ?1, ?2, ... and calls `row` for each result row.
+    fn query(&mut self, sql: &str, params: &[i64], mut row: impl FnMut(&Stmt<'_>)) -> Result<()> {
         let conn = &mut self.conn;
         self.rt.block_on(async move {
             let mut h = conn.lock_handle().await?;
             let mut st = Stmt::prepare(h.as_raw_handle(), sql)?;
+            for (i, p) in params.iter().enumerate() {
+                st.bind_i64(i as i32 + 1, *p)?;
+            }
             while st.step()? {
                 row(&st);
             }
@@ -577,28 +610,8 @@ impl Store {
     /// Every range and mark, in the order they were written.
     pub fn for_each_range(&mut self, mut f: impl FnMut(Range)) -> Result<()> {
         self.scan(
-            "SELECT kind, start_ns, end_ns, pid, tid, end_tid, domain_id, name_id, category_id, \
-             color, depth, external_id, correlation_id, input_dims_id, input_types_id \
-             FROM ranges ORDER BY id",
-            |s| {
-                f(Range {
-                    kind: range_kind(s.col_bytes(0)),
-                    start_ns: s.col_i64(1),
-                    end_ns: s.col_opt_i64(2),
-                    pid: s.col_i64(3),
-                    tid: s.col_i64(4),
-                    end_tid: s.col_opt_i64(5),
-                    domain: s.col_opt_i64(6).map(StrId),
-                    name: StrId(s.col_i64(7)),
-                    category: s.col_opt_i64(8).map(StrId),
-                    color: s.col_opt_i64(9),
-                    depth: s.col_opt_i64(10),
-                    external_id: s.col_opt_i64(11),
-                    correlation_id: s.col_opt_i64(12),
-                    input_dims: s.col_opt_i64(13).map(StrId),
-                    input_types: s.col_opt_i64(14).map(StrId),
-                })
-            },
+            &format!("SELECT {RANGE_ROW_COLUMNS} FROM ranges ORDER BY id"),
+            |s| f(range_row(s)),
         )
     }
 

@@ -9,7 +9,9 @@
 use crate::model::*;
 use crate::raw::Stmt;
 use crate::reader::pages::Record;
-use crate::reader::{range_kind, Store, API_CALLS, KERNELS, MEMOPS, RANGES};
+use crate::reader::{
+    range_kind, range_row, Store, API_CALLS, KERNELS, MEMOPS, RANGES, RANGE_ROW_COLUMNS,
+};
 use crate::Result;
 
 /// A kernel, copy or fill as a timeline draws it.
@@ -190,22 +192,6 @@ fn name_filter(names: &[StrId]) -> String {
 }
 
 impl Store {
-    /// Runs `sql` with `params` bound to ?1, ?2, ... and calls `row` for each result row.
-    fn query(&mut self, sql: &str, params: &[i64], mut row: impl FnMut(&Stmt<'_>)) -> Result<()> {
-        let conn = &mut self.conn;
-        self.rt.block_on(async move {
-            let mut h = conn.lock_handle().await?;
-            let mut st = Stmt::prepare(h.as_raw_handle(), sql)?;
-            for (i, p) in params.iter().enumerate() {
-                st.bind_i64(i as i32 + 1, *p)?;
-            }
-            while st.step()? {
-                row(&st);
-            }
-            Ok(())
-        })
-    }
-
     /// The distinct values of a two-column index prefix `(a, b)` of `table`, in order, one
     /// index seek each (a loose index scan: SQLite would read the whole index for DISTINCT).
     fn distinct_pairs(&mut self, table: &str, a: &str, b: &str) -> Result<Vec<(i64, i64)>> {
@@ -593,29 +579,9 @@ impl Store {
     pub fn range_by_id(&mut self, id: i64) -> Result<Option<Range>> {
         let mut out = None;
         self.query(
-            "SELECT kind, start_ns, end_ns, pid, tid, end_tid, domain_id, name_id, category_id, \
-             color, depth, external_id, correlation_id, input_dims_id, input_types_id \
-             FROM ranges WHERE id = ?1",
+            &format!("SELECT {RANGE_ROW_COLUMNS} FROM ranges WHERE id = ?1"),
             &[id],
-            |s| {
-                out = Some(Range {
-                    kind: range_kind(s.col_bytes(0)),
-                    start_ns: s.col_i64(1),
-                    end_ns: s.col_opt_i64(2),
-                    pid: s.col_i64(3),
-                    tid: s.col_i64(4),
-                    end_tid: s.col_opt_i64(5),
-                    domain: s.col_opt_i64(6).map(StrId),
-                    name: StrId(s.col_i64(7)),
-                    category: s.col_opt_i64(8).map(StrId),
-                    color: s.col_opt_i64(9),
-                    depth: s.col_opt_i64(10),
-                    external_id: s.col_opt_i64(11),
-                    correlation_id: s.col_opt_i64(12),
-                    input_dims: s.col_opt_i64(13).map(StrId),
-                    input_types: s.col_opt_i64(14).map(StrId),
-                })
-            },
+            |s| out = Some(range_row(s)),
         )?;
         Ok(out)
     }
