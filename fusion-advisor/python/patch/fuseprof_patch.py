@@ -3,27 +3,43 @@
 Loaded by the sitecustomize beside it (`fuseprof bench -- CMD` puts this folder on PYTHONPATH).
 Environment:
   FUSEPROF_PATCH=1            swap the kernels in (the patched side); unset: the baseline side
-  FUSEPROF_PATCH_APPLY=...    comma list of advisor patterns to apply (default: all below)
-  FUSEPROF_COMPILE=MODE       wrap models from timm.create_model in torch.compile(mode=MODE)
-  FUSEPROF_CUDA_GRAPHS=1      capture models from timm.create_model in a CUDA graph per input shape
+  FUSEPROF_PATCH_APPLY=...    comma list of the patterns below to apply; "default" stands for every
+                              pattern but gemm_gelu (the default)
+  FUSEPROF_COMPILE=MODE       wrap models (below) in torch.compile(mode=MODE)
+  FUSEPROF_CUDA_GRAPHS=1      capture models (below) in a CUDA graph per input shape
   FUSEPROF_PATCH_REPORT=PATH  where to write what was patched, left alone, and the numerics
 
-What it replaces, in inference (eval mode, no grad, fp16/bf16 on CUDA); anything else runs the
-original code and is reported:
-  timm SwinTransformerBlock: LayerNorm + shift + window partition (window_partition), window
-    attention with the relative-position bias and shifted-window mask combined once per layer
-    (window_attention), window reverse + shift + residual + the next LayerNorm (window_reverse),
-    fc2 + bias + residual as one cuBLASLt epilogue (gemm_residual). fc1 + GELU stays as it is:
-    cuBLASLt's exact-GELU epilogue is not faster than the separate GELU.
-  timm ViT Block: attention through the bundled fMHA on the qkv projection's output, writing
-    the projection's input as it lies (full_attention); proj + residual and fc2 + residual as
-    cuBLASLt epilogues (gemm_residual).
-The kernels are torch.library custom ops (fuseprof::...) with fake implementations, so that
-torch.compile traces a patched model and CUDA graphs capture it.
+Patterns, and what each replaces in inference (eval mode, no autograd recording, fp16/bf16 on
+CUDA); anything else runs the original code and is reported with the reason:
+  window_partition  timm SwinTransformerBlock: LayerNorm + shift + window partition.
+  window_attention  timm SwinTransformerBlock: window attention with the relative-position bias
+                    and shifted-window mask combined once per block.
+  window_reverse    timm SwinTransformerBlock: window reverse + shift + residual + next LayerNorm.
+  full_attention    timm ViT Block and Hugging Face BertSelfAttention (key-padding mask; the
+                    query, key and value weights concatenated once into one projection).
+  gemm_residual     fc2 + bias + residual (Swin, ViT), BERT's output projections + residual
+                    (before their LayerNorm): one cuBLASLt epilogue.
+  gemm_gelu         fc1 + bias + GELU: cuBLASLt's GELU epilogue, which computes GELU's tanh form.
+                    Exact (erf) GELU is replaced by it as an approximation (|difference| at most
+                    about 5e-4 per element), listed under "approximations" in the report and
+                    covered by the numerics check like every other replacement.
+  gemm_padded       nn.Linear with in or out features not a multiple of 8: the weight zero-padded
+                    once (to [N8, K8]), the input's K padded per call when K is odd.
+  patch_embed       timm PatchEmbed (Swin, ViT): its convolution, whose kernel equals its stride,
+                    as a patchify copy and one GEMM writing the tokens in the order the model
+                    wants (no NCHW -> NHWC copy after it).
+The kernels are torch.library operators (fuseprof_patch_ops: fuseprof::*, dispatched from C++,
+with fake implementations), so torch.compile traces a patched model and CUDA graphs capture it.
+
+Models: those from timm.create_model and every transformers model (outermost only) are
+named (module paths in the report), checked as a whole, and compiled or graphed when asked.
+
+Training: none of the kernels has a backward pass. A module in training mode, or one called
+while autograd records, runs its original code and is reported as left alone.
 
 Numerics: the first call of every patched module runs the original code too, on the same
-inputs, and records ||patched - original|| / ||original||; the first call of each model from
-timm.create_model compares the whole model's output the same way.
+inputs, and records ||patched - original|| / ||original||; the first call of each model compares
+the whole model's output the same way. A NaN anywhere fails.
 """
 import atexit
 import json
@@ -32,94 +48,177 @@ import sys
 
 import torch
 import torch.nn.functional as F
+from torch.utils import _pytree as pytree
 
-import fuseprof_kernels as fk
+import fuseprof_patch_ops as ops
 
-PATTERNS = ("window_partition", "window_attention", "window_reverse", "gemm_residual", "full_attention")
+PATTERNS = ("window_partition", "window_attention", "window_reverse", "full_attention", "gemm_residual",
+            "gemm_gelu", "gemm_padded", "patch_embed")
 # ||patched - original|| / ||original|| a module or model may reach (fp16/bf16 chains).
 TOLERANCE = 1e-2
+# Devices the fused path runs on. The tests add "cpu", where the operators' CPU reference
+# implementations run (any floating dtype).
+DEVICES = {"cuda"}
 
-_apply = set(p for p in os.environ.get("FUSEPROF_PATCH_APPLY", ",".join(PATTERNS)).split(",") if p)
+# Applied unless FUSEPROF_PATCH_APPLY says otherwise: the exact replacements. gemm_gelu computes
+# exact GELU in its tanh form, so it runs only when named ("default,gemm_gelu").
+DEFAULT_PATTERNS = tuple(p for p in PATTERNS if p != "gemm_gelu")
+
+
+def _parse_apply(text):
+    names = set()
+    for p in (p.strip() for p in text.split(",")):
+        if p == "default":
+            names.update(DEFAULT_PATTERNS)
+        elif p:
+            names.add(p)
+    return names
+
+
+_apply = _parse_apply(os.environ.get("FUSEPROF_PATCH_APPLY", "default"))
 _enabled = os.environ.get("FUSEPROF_PATCH", "") == "1"
-_report = {"patched": {}, "left_alone": {}, "modules": {}, "models": {}, "ops": "torch.library (Python)"}
+_report = {"patched": {}, "left_alone": {}, "modules": {}, "models": {}, "approximations": {}, "ops": None}
 
 
-# ---- the kernels as custom ops ---------------------------------------------------------------
-
-@torch.library.custom_op("fuseprof::ln_shift_partition", mutates_args=())
-def ln_shift_partition(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, window: int, shift: int,
-                       eps: float) -> torch.Tensor:
-    return fk.ln_shift_partition(x.contiguous(), gamma.contiguous(), beta.contiguous(), window, shift, eps=eps)
-
-
-@ln_shift_partition.register_fake
-def _(x, gamma, beta, window, shift, eps):
-    b, h, w, c = x.shape
-    nh, nw = -(-h // window), -(-w // window)
-    return x.new_empty(b * nh * nw, window * window, c)
+def configure(enabled=None, apply=None):
+    """Sets what the layer does in this process (the environment sets it at start)."""
+    global _enabled, _apply
+    if enabled is not None:
+        _enabled = enabled
+    if apply is not None:
+        _apply = set(apply)
 
 
-@torch.library.custom_op("fuseprof::window_attention", mutates_args=())
-def window_attention(qkv: torch.Tensor, add: torch.Tensor, heads: int, seq: int, scale: float) -> torch.Tensor:
-    return fk.attention(qkv.contiguous(), heads=heads, seq=seq, add=add, scale=scale)
+def report():
+    return _report
 
 
-@window_attention.register_fake
-def _(qkv, add, heads, seq, scale):
-    tokens = qkv.numel() // qkv.shape[-1]
-    return qkv.new_empty(tokens, qkv.shape[-1] // 3)
+# ---- numerics ------------------------------------------------------------------------------
+
+def _tensors(out):
+    return [t for t in pytree.tree_leaves(out) if torch.is_tensor(t) and t.is_floating_point()]
 
 
-@torch.library.custom_op("fuseprof::attention", mutates_args=())
-def attention(qkv: torch.Tensor, heads: int, seq: int, scale: float) -> torch.Tensor:
-    return fk.attention(qkv.contiguous(), heads=heads, seq=seq, scale=scale)
+def rel_err(out, ref):
+    """||out - ref|| / ||ref|| over every floating tensor of two outputs of the same structure;
+    NaN when out has a non-finite value where ref is finite, or the structures differ."""
+    a, b = _tensors(out), _tensors(ref)
+    if len(a) != len(b) or not a:
+        return float("nan")
+    num = den = 0.0
+    for x, y in zip(a, b):
+        if x.shape != y.shape:
+            return float("nan")
+        x, y = x.float(), y.float()
+        if not torch.isfinite(x).all() and torch.isfinite(y).all():
+            return float("nan")
+        num += (x - y).pow(2).sum().item()
+        den += y.pow(2).sum().item()
+    return (num ** 0.5) / max(den ** 0.5, 1e-30)
 
 
-@attention.register_fake
-def _(qkv, heads, seq, scale):
-    tokens = qkv.numel() // qkv.shape[-1]
-    return qkv.new_empty(tokens, qkv.shape[-1] // 3)
+def passed(err):
+    return err == err and err <= TOLERANCE
 
 
-@torch.library.custom_op("fuseprof::window_reverse_residual", mutates_args=())
-def window_reverse_residual(windows: torch.Tensor, shortcut: torch.Tensor, window: int, shift: int,
-                            gamma: torch.Tensor, beta: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    return fk.window_reverse_residual(windows.contiguous(), shortcut.contiguous(), window, shift, gamma=gamma,
-                                      beta=beta, eps=eps, with_ln=True)
+def _left_alone(why, name):
+    names = _report["left_alone"].setdefault(why, [])
+    if name not in names:
+        names.append(name)
 
 
-@window_reverse_residual.register_fake
-def _(windows, shortcut, window, shift, gamma, beta, eps):
-    return torch.empty_like(shortcut), torch.empty_like(shortcut)
+def _inference_input(module, x):
+    """Why the fused path cannot take this call (mode, autograd, device, dtype), or None."""
+    if module.training:
+        return "training mode: the bundled kernels have no backward pass"
+    if torch.is_grad_enabled() and x.requires_grad:
+        return "autograd is recording: the bundled kernels have no backward pass"
+    if x.device.type not in DEVICES:
+        return f"input on {x.device}: the kernels run on CUDA"
+    if x.device.type == "cuda" and x.dtype not in (torch.float16, torch.bfloat16):
+        return f"{x.dtype} on CUDA: the kernels take fp16/bf16"
+    if not x.is_floating_point():
+        return f"{x.dtype} input"
+    return None
 
 
-@torch.library.custom_op("fuseprof::linear_residual", mutates_args=())
-def linear_residual(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
-    return fk.gemm(x.contiguous(), weight, "nk", bias=bias, residual=residual.contiguous(), epilogue="bias_residual")
+def _patch_forward(cls, fusable, fused, patterns):
+    """Replaces `cls.forward` by one that runs `fused` where `fusable` allows (for the patterns
+    applied), checks each instance's first fused call against the original, and runs the
+    original otherwise. fusable(module, *args, **kwargs) -> reason or None."""
+    if getattr(cls, "_fuseprof_patched", False):
+        return
+    original = cls.forward
+    where = f"{cls.__module__}.{cls.__name__}"
+
+    def forward(self, *args, **kwargs):
+        applied = [p for p in patterns if p in _apply]
+        if not _enabled or not applied:
+            return original(self, *args, **kwargs)
+        name = getattr(self, "_fuseprof_name", cls.__name__)
+        why = fusable(self, *args, **kwargs)
+        if why is not None:
+            _left_alone(why, name)
+            return original(self, *args, **kwargs)
+        for p in applied:
+            classes = _report["patched"].setdefault(p, [])
+            if where not in classes:
+                classes.append(where)
+        if name not in _report["modules"] and not torch.compiler.is_compiling() and \
+                not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
+            ref = original(self, *args, **kwargs)
+            out = fused(self, *args, **kwargs)
+            err = rel_err(out, ref)
+            _report["modules"][name] = {"class": cls.__name__, "rel_error": err, "passed": passed(err)}
+            return out
+        return fused(self, *args, **kwargs)
+
+    forward.__wrapped__ = original
+    cls.forward = forward
+    cls._fuseprof_patched = True
 
 
-@linear_residual.register_fake
-def _(x, weight, bias, residual):
-    return x.new_empty(*x.shape[:-1], weight.shape[0])
+def _buffer(module, name, make, key):
+    """A tensor derived from the module's weights (combined mask, concatenated or padded weight),
+    made once and kept as a non-persistent buffer (torch.compile reads it as the module's own);
+    remade when key() (the source weights' identity and dtype) changes. While torch.compile
+    traces, an existing buffer is taken as it is (the eager first call made it)."""
+    if torch.compiler.is_compiling() and getattr(module, name, None) is not None:
+        return getattr(module, name)
+    k = key()
+    if getattr(module, name + "_key", None) != k or getattr(module, name, None) is None:
+        with torch.no_grad():
+            t = make()
+        module.register_buffer(name, t, persistent=False)
+        object.__setattr__(module, name + "_key", k)
+    return getattr(module, name)
+
+
+def _wkey(*tensors):
+    return tuple((t.data_ptr(), t.dtype, t.device, tuple(t.shape)) for t in tensors if t is not None)
+
+
+def _gelu_fc1(mlp_fc1, act, x, where):
+    """fc1 + GELU, through the GELU epilogue when gemm_gelu applies."""
+    if "gemm_gelu" in _apply and isinstance(act, torch.nn.GELU) and mlp_fc1.bias is not None:
+        if act.approximate == "none":
+            _report["approximations"].setdefault(
+                "exact GELU computed in its tanh form (cuBLASLt GELU epilogue)", [])
+            names = _report["approximations"]["exact GELU computed in its tanh form (cuBLASLt GELU epilogue)"]
+            if where not in names:
+                names.append(where)
+        return torch.ops.fuseprof.linear_gelu_tanh(x, mlp_fc1.weight, mlp_fc1.bias)
+    return act(mlp_fc1(x))
 
 
 # ---- timm's Swin block ------------------------------------------------------------------------
 
-def _rel_err(a, b):
-    a, b = a.float(), b.float()
-    if not torch.isfinite(a).all():
-        return float("nan")
-    return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
-
-
-def _fusable(block, x):
-    """Why the fused path cannot run this call, or None."""
-    if block.training:
-        return "training mode: the bundled kernels have no backward pass"
-    if torch.is_grad_enabled() and x.requires_grad:
-        return "autograd is recording: the bundled kernels have no backward pass"
-    if not x.is_cuda or x.dtype not in (torch.float16, torch.bfloat16):
-        return f"{x.dtype} on {x.device}: the kernels take fp16/bf16 on CUDA"
+def _swin_fusable(block, x, *args, **kwargs):
+    if args or any(v is not None for v in kwargs.values()):
+        return "called with more than the input"
+    why = _inference_input(block, x)
+    if why:
+        return why
     attn = block.attn
     d = attn.qkv.out_features // 3 // attn.num_heads
     if d not in (32, 64):
@@ -131,25 +230,24 @@ def _fusable(block, x):
         return "unequal shifts"
     if getattr(block, "dynamic_mask", False):
         return "a mask computed per call (dynamic_mask)"
-    if not isinstance(block.mlp.act, torch.nn.GELU) or block.mlp.act.approximate != "none":
-        return "an MLP activation other than exact GELU"
-    if block.attn.proj.bias is None or block.mlp.fc2.bias is None:
+    if block.attn.qkv.bias is None or block.attn.proj.bias is None or block.mlp.fc2.bias is None:
         return "a projection without bias"
+    if not isinstance(block.mlp.norm, torch.nn.Identity):
+        return f"{type(block.mlp.norm).__name__} inside the MLP"
     return None
 
 
 def _swin_add(block, dtype):
-    """The precombined relative-position bias + shifted-window mask, made once per block (a
-    non-persistent buffer, so that torch.compile reads it as the block's own tensor)."""
-    add = getattr(block, "_fuseprof_add", None)
-    if add is None or add.dtype != dtype:
-        attn = block.attn
+    """The precombined relative-position bias + shifted-window mask of a block."""
+    attn = block.attn
+
+    def make():
         bias = attn._get_rel_pos_bias()[0].to(dtype).contiguous()  # [heads, N, N]
         mask = block.attn_mask
         mask = mask.to(dtype).contiguous() if mask is not None else None
-        add = fk.attention_add(attn.num_heads, bias.shape[-1], bias=bias, window_mask=mask)
-        block.register_buffer("_fuseprof_add", add, persistent=False)
-    return add
+        return ops.attention_add(attn.num_heads, bias.shape[-1], bias, mask)
+
+    return _buffer(block, "_fuseprof_add", make, lambda: (dtype, attn.relative_position_bias_table.data_ptr()))
 
 
 def _swin_block_fused(block, x):
@@ -157,15 +255,13 @@ def _swin_block_fused(block, x):
     ws, shift = block.window_size[0], block.shift_size[0]
     attn = block.attn
     n = ws * ws
-    eps = block.norm1.eps
     if "window_partition" in _apply:
-        windows = torch.ops.fuseprof.ln_shift_partition(x, block.norm1.weight, block.norm1.bias, ws, shift, eps)
+        windows = torch.ops.fuseprof.ln_shift_partition(x, block.norm1.weight, block.norm1.bias, ws, shift,
+                                                        block.norm1.eps)
     else:
         y = block.norm1(x)
         y = torch.roll(y, shifts=(-shift, -shift), dims=(1, 2)) if shift else y
-        ph, pw = (ws - h % ws) % ws, (ws - w % ws) % ws
-        y = F.pad(y, (0, 0, 0, pw, 0, ph))
-        windows = y.view(b, (h + ph) // ws, ws, (w + pw) // ws, ws, c).permute(0, 1, 3, 2, 4, 5).reshape(-1, n, c)
+        windows = ops.partition(y, ws)
     if "window_attention" in _apply:
         qkv = F.linear(windows, attn.qkv.weight, attn.qkv.bias).view(-1, attn.qkv.out_features)
         a = torch.ops.fuseprof.window_attention(qkv, _swin_add(block, x.dtype), attn.num_heads, n, float(attn.scale))
@@ -176,13 +272,12 @@ def _swin_block_fused(block, x):
         x, x_ln = torch.ops.fuseprof.window_reverse_residual(a, x, ws, shift, block.norm2.weight, block.norm2.bias,
                                                              block.norm2.eps)
     else:
-        hp, wp = -(-h // ws) * ws, -(-w // ws) * ws
-        y = a.view(b, hp // ws, wp // ws, ws, ws, c).permute(0, 1, 3, 2, 4, 5).reshape(b, hp, wp, c)[:, :h, :w, :]
+        y = ops.reverse(a, ws, b, h, w)
         y = torch.roll(y, shifts=(shift, shift), dims=(1, 2)) if shift else y
         x = x + y
         x_ln = block.norm2(x)
     mlp = block.mlp
-    hidden = mlp.norm(mlp.act(mlp.fc1(x_ln.reshape(b, h * w, c))))
+    hidden = _gelu_fc1(mlp.fc1, mlp.act, x_ln.reshape(b, h * w, c), getattr(block, "_fuseprof_name", "Swin"))
     if "gemm_residual" in _apply:
         y = torch.ops.fuseprof.linear_residual(hidden, mlp.fc2.weight, mlp.fc2.bias, x.reshape(b, h * w, c))
     else:
@@ -192,24 +287,24 @@ def _swin_block_fused(block, x):
 
 # ---- timm's ViT block ------------------------------------------------------------------------
 
-def _vit_fusable(block, x):
-    """Why the fused path cannot run this call of a timm ViT Block, or None."""
-    if block.training:
-        return "training mode: the bundled kernels have no backward pass"
-    if torch.is_grad_enabled() and x.requires_grad:
-        return "autograd is recording: the bundled kernels have no backward pass"
-    if not x.is_cuda or x.dtype not in (torch.float16, torch.bfloat16) or x.dim() != 3:
-        return f"{x.dtype} {tuple(x.shape)} on {x.device}: the kernels take [B, N, C] fp16/bf16 on CUDA"
+def _vit_fusable(block, x, *args, **kwargs):
+    if args or any(v is not None for v in kwargs.values()):
+        return "called with more than the input (an attention mask)"
+    why = _inference_input(block, x)
+    if why:
+        return why
+    if x.dim() != 3:
+        return f"input {tuple(x.shape)}: the block takes [B, N, C]"
     attn = block.attn
     if attn.head_dim not in (32, 64) or x.shape[1] > 512:
         return f"head_dim {attn.head_dim}, {x.shape[1]} tokens: the fMHA takes head_dim 32/64 up to 512"
-    plain = (torch.nn.Identity,)
-    for m in (attn.q_norm, attn.k_norm, getattr(attn, "norm", torch.nn.Identity()), block.ls1, block.ls2):
-        if not isinstance(m, plain):
+    for m in (attn.q_norm, attn.k_norm, getattr(attn, "norm", torch.nn.Identity()), block.ls1, block.ls2,
+              getattr(block.mlp, "norm", torch.nn.Identity())):
+        if not isinstance(m, torch.nn.Identity):
             return f"{type(m).__name__} inside the block"
     if attn.qkv.bias is None or attn.proj.bias is None or block.mlp.fc2.bias is None:
         return "a projection without bias"
-    if not all(hasattr(block.mlp, a) for a in ("fc1", "act", "norm", "fc2")):
+    if not all(hasattr(block.mlp, a) for a in ("fc1", "act", "fc2")):
         return "an MLP other than timm's Mlp"
     return None
 
@@ -219,7 +314,7 @@ def _vit_block_fused(block, x):
     attn = block.attn
     qkv = F.linear(block.norm1(x), attn.qkv.weight, attn.qkv.bias).view(-1, attn.qkv.out_features)
     if "full_attention" in _apply:
-        a = torch.ops.fuseprof.attention(qkv, attn.num_heads, n, float(attn.scale))
+        a = torch.ops.fuseprof.attention(qkv, attn.num_heads, n, float(attn.scale), None)
     else:
         q, k, v = qkv.view(b, n, 3, attn.num_heads, attn.head_dim).permute(2, 0, 3, 1, 4).unbind(0)
         a = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b * n, -1)
@@ -229,7 +324,7 @@ def _vit_block_fused(block, x):
     else:
         x = res + attn.proj(a)
     mlp = block.mlp
-    hidden = mlp.norm(mlp.act(mlp.fc1(block.norm2(x))))
+    hidden = _gelu_fc1(mlp.fc1, mlp.act, block.norm2(x), getattr(block, "_fuseprof_name", "ViT"))
     if "gemm_residual" in _apply:
         x = torch.ops.fuseprof.linear_residual(hidden, mlp.fc2.weight, mlp.fc2.bias, x)
     else:
@@ -237,75 +332,252 @@ def _vit_block_fused(block, x):
     return x.view(b, n, c)
 
 
-def _patch_block_class(cls, fusable, fused, patterns):
-    """Replaces `cls.forward` by one that runs `fused` where `fusable` allows, checks each
-    instance's first fused call against the original, and runs the original otherwise."""
-    if getattr(cls, "_fuseprof_patched", False):
-        return
+# ---- Hugging Face BERT -----------------------------------------------------------------------
+
+_BERT_PASSIVE = {"output_attentions": (False, None), "head_mask": (None,), "encoder_hidden_states": (None,),
+                 "encoder_attention_mask": (None,), "past_key_value": (None,), "past_key_values": (None,),
+                 "cache": (None,), "cache_position": (None,), "position_ids": (None,)}
+
+
+def _key_padding(mask, b, s, dtype):
+    """The [B, S] additive key-padding mask of BERT's attention mask ([B, 1, 1, S] or
+    [B, 1, S, S] as an encoder builds it, additive or boolean), or a reason it is not one."""
+    if mask is None:
+        return None, None
+    if mask.dim() != 4 or mask.shape[0] != b or mask.shape[1] != 1 or mask.shape[-1] != s:
+        return None, f"attention mask {tuple(mask.shape)}: not a key-padding mask"
+    row = mask[:, 0, 0, :]
+    if row.dtype == torch.bool:
+        row = torch.zeros(b, s, dtype=dtype, device=mask.device).masked_fill(~row, torch.finfo(dtype).min)
+    return row.to(dtype).contiguous(), None
+
+
+def _bert_attn_fusable(attn, hidden_states, attention_mask=None, *args, **kwargs):
+    if args or any(v is not None and v not in _BERT_PASSIVE.get(k, ()) for k, v in kwargs.items()):
+        return "cross attention, a cache, a head mask or attention weights asked for"
+    why = _inference_input(attn, hidden_states)
+    if why:
+        return why
+    if getattr(attn, "is_decoder", False) or getattr(attn, "is_causal", False):
+        return "a decoder (causal) attention"
+    if getattr(attn, "position_embedding_type", "absolute") != "absolute":
+        return "relative position embeddings"
+    d, s = attn.attention_head_size, hidden_states.shape[1]
+    if hidden_states.dim() != 3 or d not in (32, 64) or s > 512:
+        return f"head size {d}, {s} tokens: the fMHA takes head_dim 32/64 up to 512"
+    _, why = _key_padding(attention_mask, hidden_states.shape[0], s, hidden_states.dtype)
+    return why
+
+
+def _bert_attn_fused(attn, hidden_states, attention_mask=None, *args, **kwargs):
+    b, s, _ = hidden_states.shape
+    q, k, v = attn.query, attn.key, attn.value
+    w = _buffer(attn, "_fuseprof_qkv_w", lambda: torch.cat([q.weight, k.weight, v.weight]).contiguous(),
+                lambda: _wkey(q.weight, k.weight, v.weight))
+    bias = _buffer(attn, "_fuseprof_qkv_b", lambda: torch.cat([q.bias, k.bias, v.bias]).contiguous(),
+                   lambda: _wkey(q.bias, k.bias, v.bias))
+    qkv = F.linear(hidden_states, w, bias).view(b * s, -1)
+    kpm, _ = _key_padding(attention_mask, b, s, hidden_states.dtype)
+    scale = float(getattr(attn, "scaling", attn.attention_head_size ** -0.5))
+    out = torch.ops.fuseprof.attention(qkv, attn.num_attention_heads, s, scale, kpm).view(b, s, -1)
+    # The original returns (context,) or (context, weights): keep its arity.
+    return (out,) + (None,) * (getattr(attn, "_fuseprof_nret", 2) - 1)
+
+
+def _bert_out_fusable(mod, hidden_states, input_tensor, *args, **kwargs):
+    if args or kwargs:
+        return "called with more than (hidden_states, input_tensor)"
+    why = _inference_input(mod, hidden_states)
+    if why:
+        return why
+    if mod.dense.bias is None:
+        return "a projection without bias"
+    return None
+
+
+def _bert_out_fused(mod, hidden_states, input_tensor):
+    y = torch.ops.fuseprof.linear_residual(hidden_states, mod.dense.weight, mod.dense.bias, input_tensor)
+    return mod.LayerNorm(y)
+
+
+def _bert_intermediate_fusable(mod, hidden_states, *args, **kwargs):
+    if args or kwargs:
+        return "called with more than hidden_states"
+    why = _inference_input(mod, hidden_states)
+    if why:
+        return why
+    act = mod.intermediate_act_fn
+    if type(act).__name__ not in ("GELUActivation", "GELU") or mod.dense.bias is None:
+        return f"activation {type(act).__name__}: the epilogue takes GELU"
+    return None
+
+
+def _bert_intermediate_fused(mod, hidden_states):
+    where = getattr(mod, "_fuseprof_name", "BertIntermediate")
+    _report["approximations"].setdefault("exact GELU computed in its tanh form (cuBLASLt GELU epilogue)", [])
+    names = _report["approximations"]["exact GELU computed in its tanh form (cuBLASLt GELU epilogue)"]
+    if where not in names:
+        names.append(where)
+    return torch.ops.fuseprof.linear_gelu_tanh(hidden_states, mod.dense.weight, mod.dense.bias)
+
+
+def _patch_bert(module):
+    for attn_cls in ("BertSelfAttention", "BertSdpaSelfAttention"):
+        cls = getattr(module, attn_cls, None)
+        if cls is not None and "forward" in cls.__dict__:
+            _record_arity(cls)
+            _patch_forward(cls, _bert_attn_fusable, _bert_attn_fused, ("full_attention",))
+    for out_cls in ("BertSelfOutput", "BertOutput"):
+        _patch_forward(getattr(module, out_cls), _bert_out_fusable, _bert_out_fused, ("gemm_residual",))
+    _patch_forward(module.BertIntermediate, _bert_intermediate_fusable, _bert_intermediate_fused, ("gemm_gelu",))
+
+
+def _record_arity(cls):
+    """Wraps the original forward so that the fused one returns a tuple of the same length."""
     original = cls.forward
 
-    def forward(self, x, *args, **kwargs):
-        if not _enabled or args or any(v is not None for v in kwargs.values()):
-            return original(self, x, *args, **kwargs)
-        why = fusable(self, x)
-        name = getattr(self, "_fuseprof_name", cls.__name__)
-        if why is not None:
-            names = _report["left_alone"].setdefault(why, [])
-            if name not in names:
-                names.append(name)
-            return original(self, x)
-        if name not in _report["modules"] and not torch.compiler.is_compiling() and \
-                not torch.cuda.is_current_stream_capturing():
-            ref = original(self, x)
-            out = fused(self, x)
-            err = _rel_err(out, ref)
-            _report["modules"][name] = {"class": cls.__name__, "rel_error": err,
-                                        "passed": err == err and err <= TOLERANCE}
-            return out
-        return fused(self, x)
+    def forward(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        if isinstance(out, tuple):
+            object.__setattr__(self, "_fuseprof_nret", len(out))
+        return out
 
     cls.forward = forward
-    cls._fuseprof_patched = True
-    for p in patterns:
-        if p in _apply:
-            _report["patched"].setdefault(p, []).append(f"{cls.__module__}.{cls.__name__}")
 
 
-# ---- models from timm.create_model: names, whole-model numerics, compile, graphs ---------------
+# ---- nn.Linear on odd sizes ------------------------------------------------------------------
 
-class _Graphed(torch.nn.Module):
-    """Replays one CUDA graph per input shape: what torch.compile(mode='reduce-overhead') does,
-    for both sides alike."""
+def _linear_fusable(lin, x, *args, **kwargs):
+    if lin.in_features % 8 == 0 and lin.out_features % 8 == 0:
+        return ""  # nothing to pad: not a candidate, not reported
+    return _inference_input(lin, x)
 
-    def __init__(self, inner):
-        super().__init__()
-        self.inner = inner
-        self.graphs = {}
+
+def _linear(lin, x):
+    n, k = lin.out_features, lin.in_features
+    n8, k8 = -(-n // 8) * 8, -(-k // 8) * 8
+    w = _buffer(lin, "_fuseprof_wpad", lambda: F.pad(lin.weight, (0, k8 - k, 0, n8 - n)).contiguous(),
+                lambda: _wkey(lin.weight))
+    b = None
+    if lin.bias is not None:
+        b = _buffer(lin, "_fuseprof_bpad", lambda: F.pad(lin.bias, (0, n8 - n)).contiguous(), lambda: _wkey(lin.bias))
+    return torch.ops.fuseprof.linear(x, w, b, n)
+
+
+def _patch_linear():
+    if getattr(torch.nn.Linear, "_fuseprof_patched", False):
+        return
+    original = torch.nn.Linear.forward
 
     def forward(self, x):
-        key = (tuple(x.shape), x.dtype, x.device)
+        if not _enabled or "gemm_padded" not in _apply:
+            return original(self, x)
+        why = _linear_fusable(self, x)
+        if why == "":
+            return original(self, x)
+        name = getattr(self, "_fuseprof_name", "nn.Linear")
+        if why is not None:
+            _left_alone(why, name)
+            return original(self, x)
+        classes = _report["patched"].setdefault("gemm_padded", [])
+        if "torch.nn.Linear" not in classes:
+            classes.append("torch.nn.Linear")
+        if name not in _report["modules"] and not torch.compiler.is_compiling() and \
+                not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
+            ref = original(self, x)
+            out = _linear(self, x)
+            err = rel_err(out, ref)
+            _report["modules"][name] = {"class": "Linear", "rel_error": err, "passed": passed(err)}
+            return out
+        return _linear(self, x)
+
+    torch.nn.Linear.forward = forward
+    torch.nn.Linear._fuseprof_patched = True
+
+
+# ---- timm's PatchEmbed: a convolution whose kernel equals its stride is a GEMM ---------------
+
+def _patch_embed_fusable(pe, x, *args, **kwargs):
+    if args or kwargs:
+        return "called with more than the image"
+    why = _inference_input(pe, x)
+    if why:
+        return why
+    conv = pe.proj
+    if not isinstance(conv, torch.nn.Conv2d) or conv.kernel_size != conv.stride or conv.padding != (0, 0) or \
+            conv.dilation != (1, 1) or conv.groups != 1 or conv.padding_mode != "zeros":
+        return "a projection other than a convolution with kernel = stride"
+    p = conv.kernel_size
+    if x.dim() != 4 or x.shape[2] % p[0] or x.shape[3] % p[1]:
+        return f"image {tuple(x.shape)} not a multiple of the patch size {p}"
+    fmt = getattr(pe, "output_fmt", None)
+    if not pe.flatten and str(getattr(fmt, "value", fmt)) not in ("NHWC",):
+        return f"output format {fmt}"
+    return None
+
+
+def _patch_embed_fused(pe, x):
+    """Patchify (one copy of the image) and one GEMM that writes tokens in NHWC / NLC order,
+    instead of the convolution and the NCHW -> NHWC copy after it."""
+    conv = pe.proj
+    b, c, h, w = x.shape
+    ph, pw = conv.kernel_size
+    gh, gw = h // ph, w // pw
+    patches = x.reshape(b, c, gh, ph, gw, pw).permute(0, 2, 4, 1, 3, 5).reshape(b * gh * gw, c * ph * pw)
+    k = c * ph * pw
+    k8 = -(-k // 8) * 8
+    wt = _buffer(pe, "_fuseprof_wgemm",
+                 lambda: F.pad(conv.weight.reshape(conv.out_channels, k), (0, k8 - k)).contiguous(),
+                 lambda: _wkey(conv.weight))
+    y = torch.ops.fuseprof.linear(patches, wt, conv.bias, conv.out_channels)
+    y = y.view(b, gh * gw, -1) if pe.flatten else y.view(b, gh, gw, -1)
+    return pe.norm(y)
+
+
+# ---- models: names, whole-model numerics, compile, graphs ------------------------------------
+
+class _Graphed:
+    """Replays one CUDA graph per input signature (shapes, dtypes, devices of every tensor
+    argument): what torch.compile(mode='reduce-overhead') does, for both sides alike."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.graphs = {}
+
+    def __call__(self, *args, **kwargs):
+        flat, spec = pytree.tree_flatten((args, kwargs))
+        key = (str(spec),) + tuple((tuple(t.shape), t.dtype, str(t.device)) if torch.is_tensor(t) else repr(t)
+                                   for t in flat)
         g = self.graphs.get(key)
         if g is None:
-            static_x = x.clone()
+            static = [t.clone() if torch.is_tensor(t) else t for t in flat]
+            a, kw = pytree.tree_unflatten(static, spec)
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
                 for _ in range(3):
-                    self.inner(static_x)
+                    self.fn(*a, **kw)
             torch.cuda.current_stream().wait_stream(side)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
-                static_y = self.inner(static_x)
-            g = self.graphs[key] = (graph, static_x, static_y)
-        graph, static_x, static_y = g
-        static_x.copy_(x)
+                out = self.fn(*a, **kw)
+            g = self.graphs[key] = (graph, static, out)
+        graph, static, out = g
+        for s, t in zip(static, flat):
+            if torch.is_tensor(t):
+                s.copy_(t)
         graph.replay()
-        return static_y.clone()
+        return pytree.tree_map(lambda t: t.clone() if torch.is_tensor(t) else t, out)
 
 
-def _wrap_model(model, name):
+def wrap_model(model, name):
+    """Names the model's modules, checks its first patched call against the unpatched model,
+    and compiles or graphs it as the environment asks. Idempotent."""
+    if getattr(model, "_fuseprof_wrapped", False):
+        return model
+    model._fuseprof_wrapped = True
     for path, m in model.named_modules():
-        m._fuseprof_name = f"{type(model).__name__}/{path}" if path else type(model).__name__
+        object.__setattr__(m, "_fuseprof_name", f"{type(model).__name__}/{path}" if path else type(model).__name__)
     compile_mode = os.environ.get("FUSEPROF_COMPILE", "")
     graphs = os.environ.get("FUSEPROF_CUDA_GRAPHS", "") == "1"
     original_forward = model.forward
@@ -318,7 +590,7 @@ def _wrap_model(model, name):
             if compile_mode:
                 fast = torch.compile(original_forward, mode=None if compile_mode == "default" else compile_mode)
             if graphs:
-                fast = _Graphed(_Callable(fast))
+                fast = _Graphed(fast)
             state["fast"] = fast
         if _enabled and not state["checked"] and not model.training:
             state["checked"] = True
@@ -328,52 +600,98 @@ def _wrap_model(model, name):
             finally:
                 _enabled = True
             out = original_forward(*args, **kwargs)
-            if torch.is_tensor(out) and torch.is_tensor(ref):
-                err = _rel_err(out, ref)
-                _report["models"][name] = {"rel_error": err, "passed": err == err and err <= TOLERANCE,
-                                           "any_nan": bool(torch.isnan(out).any())}
+            err = rel_err(out, ref)
+            _report["models"][name] = {"rel_error": err, "passed": passed(err),
+                                       "any_nan": any(bool(torch.isnan(t).any()) for t in _tensors(out))}
+            return out
         return state["fast"](*args, **kwargs)
 
     model.forward = forward
     return model
 
 
-class _Callable(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, x):
-        return self.fn(x)
+def unwrap_model(model):
+    """Undoes wrap_model (the model turned out to be part of a larger one)."""
+    if getattr(model, "_fuseprof_wrapped", False):
+        del model.forward
+        model._fuseprof_wrapped = False
 
 
 def _patch_timm(timm):
-    if _enabled:
-        for module, cls, fusable, fused, patterns in (
-            ("timm.models.swin_transformer", "SwinTransformerBlock", _fusable, _swin_block_fused,
-             ("window_partition", "window_attention", "window_reverse", "gemm_residual")),
-            ("timm.models.vision_transformer", "Block", _vit_fusable, _vit_block_fused,
-             ("full_attention", "gemm_residual")),
-        ):
-            try:
-                import importlib
-                _patch_block_class(getattr(importlib.import_module(module), cls), fusable, fused, patterns)
-            except Exception as e:  # noqa: BLE001 - an unpatchable timm is reported, not fatal
-                _report["left_alone"].setdefault(f"{module}.{cls} not patched: {e}", []).append("timm")
+    import importlib
+
+    ops.register()
+    _report["ops"] = ops.DISPATCH
+    if ops.DISPATCH_NOTE:
+        _report["ops_note"] = ops.DISPATCH_NOTE
+    for module, cls, fusable, fused, patterns in (
+        ("timm.models.swin_transformer", "SwinTransformerBlock", _swin_fusable, _swin_block_fused,
+         ("window_partition", "window_attention", "window_reverse", "gemm_residual", "gemm_gelu")),
+        ("timm.models.vision_transformer", "Block", _vit_fusable, _vit_block_fused,
+         ("full_attention", "gemm_residual", "gemm_gelu")),
+    ):
+        try:
+            _patch_forward(getattr(importlib.import_module(module), cls), fusable, fused, patterns)
+        except Exception as e:  # noqa: BLE001 - an unpatchable timm is reported, not fatal
+            _left_alone(f"{module}.{cls} not patched: {e}", "timm")
+    try:
+        _patch_forward(importlib.import_module("timm.layers.patch_embed").PatchEmbed, _patch_embed_fusable,
+                       _patch_embed_fused, ("patch_embed",))
+    except Exception as e:  # noqa: BLE001
+        _left_alone(f"timm.layers.PatchEmbed not patched: {e}", "timm")
+    _patch_linear()
     original = timm.create_model
+    if getattr(original, "_fuseprof", False):
+        return
 
     def create_model(name, *args, **kwargs):
-        return _wrap_model(original(name, *args, **kwargs), name)
+        return wrap_model(original(name, *args, **kwargs), name)
 
+    create_model._fuseprof = True
     timm.create_model = create_model
     if hasattr(timm, "models"):
         timm.models.create_model = create_model
 
 
+def _patch_transformers(_module):
+    """Patches transformers (its package module, which may still be initialising: every name
+    is taken from its submodules)."""
+    import importlib
+
+    ops.register()
+    _report["ops"] = ops.DISPATCH
+    if ops.DISPATCH_NOTE:
+        _report["ops_note"] = ops.DISPATCH_NOTE
+    try:
+        _patch_bert(importlib.import_module("transformers.models.bert.modeling_bert"))
+    except Exception as e:  # noqa: BLE001 - an unpatchable transformers is reported, not fatal
+        _left_alone(f"transformers BERT not patched: {e}", "transformers")
+    _patch_linear()
+
+    # Every transformers model ends its __init__ with post_init(); a model built inside another
+    # (BertModel inside BertForMaskedLM) is unwrapped when the outer one is wrapped.
+    pretrained = importlib.import_module("transformers.modeling_utils").PreTrainedModel
+    original_post_init = pretrained.post_init
+    if not getattr(original_post_init, "_fuseprof", False):
+        def post_init(self, *args, **kwargs):
+            original_post_init(self, *args, **kwargs)
+            for m in self.modules():
+                if m is not self and getattr(m, "_fuseprof_wrapped", False):
+                    unwrap_model(m)
+            name = getattr(getattr(self, "config", None), "_name_or_path", "") or type(self).__name__
+            wrap_model(self, name)
+
+        post_init._fuseprof = True
+        pretrained.post_init = post_init
+
+
 def install():
-    """Patches timm now if it is imported; the sitecustomize beside this file does it on import."""
+    """Patches timm and transformers now where they are imported (the sitecustomize beside
+    this file does it when they are)."""
     if "timm" in sys.modules:
         _patch_timm(sys.modules["timm"])
+    if "transformers" in sys.modules:
+        _patch_transformers(sys.modules["transformers"])
 
 
 def _write_report():

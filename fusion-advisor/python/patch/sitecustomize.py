@@ -1,8 +1,8 @@
 """fuseprof's patch hook, put on PYTHONPATH by `fuseprof bench -- CMD` (behind `collect`'s own
-hook, which runs this one in turn). When timm is imported, fuseprof_patch patches it: the
-kernels swapped in (FUSEPROF_PATCH=1), and models from timm.create_model named, checked and
-compiled or graphed as asked (fuseprof_patch's docstring). Nothing is imported before timm is;
-any sitecustomize that was on the path before this one still runs.
+hook, which runs this one in turn). When timm or transformers is imported, fuseprof_patch
+patches it: the kernels swapped in (FUSEPROF_PATCH=1), and models named, checked and compiled or
+graphed as asked (fuseprof_patch's docstring). Nothing is imported before timm or transformers
+is; any sitecustomize that was on the path before this one still runs.
 """
 import os
 import sys
@@ -30,16 +30,25 @@ def _chain_previous_sitecustomize():
             return
 
 
+PATCHERS = {"timm": "_patch_timm", "transformers": "_patch_transformers"}
+
+
 def _arm():
     import importlib.abc
     import importlib.util
 
     class Finder(importlib.abc.MetaPathFinder):
+        done = set()
+
         def find_spec(self, fullname, path, target=None):
-            if fullname != "timm":
+            if fullname not in PATCHERS or fullname in self.done:
                 return None
+            self.done.add(fullname)
             sys.meta_path.remove(self)
-            spec = importlib.util.find_spec(fullname)
+            try:
+                spec = importlib.util.find_spec(fullname)
+            finally:
+                sys.meta_path.insert(0, self)
             if spec is None or spec.loader is None:
                 return spec
             exec_module = spec.loader.exec_module
@@ -49,7 +58,7 @@ def _arm():
                 try:
                     import fuseprof_patch
 
-                    fuseprof_patch._patch_timm(module)
+                    getattr(fuseprof_patch, PATCHERS[fullname])(module)
                 except Exception as e:  # noqa: BLE001 - the program runs unpatched, and says so
                     sys.stderr.write("fuseprof: the patch layer failed to load: %r\n" % (e,))
 

@@ -1,0 +1,330 @@
+"""The bundled kernels as torch.library operators (namespace `fuseprof`), for the patch layer.
+
+Dispatch: on CUDA, from C++ (fuseprof_torch_ops.cpp, compiled with g++ against the installed
+torch on first use and cached in FUSEPROF_CACHE or ~/.cache/fuseprof); where that cannot be
+built, the same schemas are defined here and call the kernels through fuseprof_kernels'
+ctypes bindings (`DISPATCH` says which). Every op has a fake implementation (torch.compile
+traces through it) and a CPU reference implementation in plain torch (what the CPU tests run,
+and the definition each CUDA kernel is checked against).
+"""
+import hashlib
+import os
+import subprocess
+import sys
+
+import torch
+import torch.nn.functional as F
+
+SCHEMAS = {
+    "ln_shift_partition": "(Tensor x, Tensor gamma, Tensor beta, int window, int shift, float eps) -> Tensor",
+    "window_attention": "(Tensor qkv, Tensor add, int heads, int seq, float scale) -> Tensor",
+    "attention": "(Tensor qkv, int heads, int seq, float scale, Tensor? key_padding_mask=None) -> Tensor",
+    "window_reverse_residual": "(Tensor windows, Tensor shortcut, int window, int shift, Tensor gamma, Tensor beta, "
+                               "float eps) -> (Tensor, Tensor)",
+    "linear_residual": "(Tensor x, Tensor weight, Tensor bias, Tensor residual) -> Tensor",
+    "linear_gelu_tanh": "(Tensor x, Tensor weight, Tensor bias) -> Tensor",
+    "linear": "(Tensor x, Tensor weight_padded, Tensor? bias, int n) -> Tensor",
+}
+
+# "C++" or "Python (ctypes)": how the CUDA implementations are dispatched in this process;
+# why the C++ build was not used, when it was not.
+DISPATCH = None
+DISPATCH_NOTE = ""
+# Calls of each CPU reference implementation (the tests check that the patched path ran).
+REFERENCE_CALLS = {}
+
+
+def _fk():
+    import fuseprof_kernels
+
+    return fuseprof_kernels
+
+
+# ---- CPU references: the definition of each op --------------------------------------------------
+
+def _count(name):
+    REFERENCE_CALLS[name] = REFERENCE_CALLS.get(name, 0) + 1
+
+
+def partition(x, window):
+    """[B, H, W, C] -> [B * nWh * nWw, window * window, C], zero-padding H and W up to the window."""
+    b, h, w, c = x.shape
+    ph, pw = (window - h % window) % window, (window - w % window) % window
+    x = F.pad(x, (0, 0, 0, pw, 0, ph))
+    hp, wp = h + ph, w + pw
+    x = x.view(b, hp // window, window, wp // window, window, c).permute(0, 1, 3, 2, 4, 5)
+    return x.reshape(-1, window * window, c)
+
+
+def reverse(windows, window, b, h, w):
+    """partition's inverse, dropping the padding: -> [B, H, W, C]."""
+    c = windows.shape[-1]
+    hp, wp = -(-h // window) * window, -(-w // window) * window
+    x = windows.reshape(b, hp // window, wp // window, window, window, c).permute(0, 1, 3, 2, 4, 5)
+    return x.reshape(b, hp, wp, c)[:, :h, :w, :]
+
+
+def ref_ln_shift_partition(x, gamma, beta, window, shift, eps):
+    _count("ln_shift_partition")
+    y = F.layer_norm(x, (x.shape[-1],), gamma, beta, eps)
+    if shift:
+        y = torch.roll(y, shifts=(-shift, -shift), dims=(1, 2))
+    return partition(y, window).contiguous()
+
+
+def _attend(q, k, v, add, scale):
+    """q, k, v: [B, H, N, d]; add: broadcastable to [B, H, N, N] or None."""
+    s = (q.float() @ k.float().transpose(-1, -2)) * scale
+    if add is not None:
+        s = s + add.float()
+    return (s.softmax(-1) @ v.float()).to(q.dtype)
+
+
+def _split_qkv(qkv, heads, seq):
+    tokens, width = qkv.numel() // qkv.shape[-1], qkv.shape[-1]
+    d = width // (3 * heads)
+    q, k, v = qkv.reshape(tokens // seq, seq, 3, heads, d).permute(2, 0, 3, 1, 4).unbind(0)
+    return q, k, v, d
+
+
+def ref_window_attention(qkv, add, heads, seq, scale):
+    """add: attention_add's layout [nW, heads, seq, seq rounded up to 8]; window b uses b % nW."""
+    _count("window_attention")
+    q, k, v, d = _split_qkv(qkv, heads, seq)
+    n_win = add.shape[0]
+    a = add[..., :seq]
+    a = a.repeat(q.shape[0] // n_win, 1, 1, 1) if n_win > 1 else a
+    o = _attend(q, k, v, a, scale)
+    return o.transpose(1, 2).reshape(-1, heads * d)
+
+
+def ref_attention(qkv, heads, seq, scale, key_padding_mask=None):
+    """key_padding_mask: [B, seq] additive (0 keeps a key, a large negative value drops it)."""
+    _count("attention")
+    q, k, v, d = _split_qkv(qkv, heads, seq)
+    add = key_padding_mask.reshape(q.shape[0], 1, 1, seq) if key_padding_mask is not None else None
+    o = _attend(q, k, v, add, scale)
+    return o.transpose(1, 2).reshape(-1, heads * d)
+
+
+def ref_window_reverse_residual(windows, shortcut, window, shift, gamma, beta, eps):
+    _count("window_reverse_residual")
+    b, h, w, c = shortcut.shape
+    y = reverse(windows, window, b, h, w)
+    if shift:
+        y = torch.roll(y, shifts=(shift, shift), dims=(1, 2))
+    out = shortcut + y
+    return out, F.layer_norm(out, (c,), gamma, beta, eps)
+
+
+def ref_linear_residual(x, weight, bias, residual):
+    _count("linear_residual")
+    return residual + F.linear(x, weight, bias)
+
+
+def ref_linear_gelu_tanh(x, weight, bias):
+    _count("linear_gelu_tanh")
+    return F.gelu(F.linear(x, weight, bias), approximate="tanh")
+
+
+def ref_linear(x, weight_padded, bias, n):
+    _count("linear")
+    k8 = weight_padded.shape[1]
+    if x.shape[-1] != k8:
+        x = F.pad(x, (0, k8 - x.shape[-1]))
+    y = F.linear(x, weight_padded, bias)
+    return y if y.shape[-1] == n else y[..., :n].contiguous()
+
+
+REFERENCES = {
+    "ln_shift_partition": ref_ln_shift_partition,
+    "window_attention": ref_window_attention,
+    "attention": ref_attention,
+    "window_reverse_residual": ref_window_reverse_residual,
+    "linear_residual": ref_linear_residual,
+    "linear_gelu_tanh": ref_linear_gelu_tanh,
+    "linear": ref_linear,
+}
+
+
+# ---- fake implementations: output shapes only ---------------------------------------------------
+
+def _fake_ln_shift_partition(x, gamma, beta, window, shift, eps):
+    b, h, w, c = x.shape
+    return x.new_empty(b * (-(-h // window)) * (-(-w // window)), window * window, c)
+
+
+def _fake_attention_out(qkv, heads):
+    tokens = qkv.numel() // qkv.shape[-1]
+    return qkv.new_empty(tokens, qkv.shape[-1] // 3)
+
+
+def _fake_linear(x, weight, *rest):
+    return x.new_empty(*x.shape[:-1], weight.shape[0])
+
+
+FAKES = {
+    "ln_shift_partition": _fake_ln_shift_partition,
+    "window_attention": lambda qkv, add, heads, seq, scale: _fake_attention_out(qkv, heads),
+    "attention": lambda qkv, heads, seq, scale, key_padding_mask=None: _fake_attention_out(qkv, heads),
+    "window_reverse_residual": lambda windows, shortcut, window, shift, gamma, beta, eps: (
+        torch.empty_like(shortcut), torch.empty_like(shortcut)),
+    "linear_residual": _fake_linear,
+    "linear_gelu_tanh": _fake_linear,
+    "linear": lambda x, weight_padded, bias, n: x.new_empty(*x.shape[:-1], n),
+}
+
+
+# ---- CUDA through ctypes: used when the C++ operators cannot be built ---------------------------
+
+def _cuda_ln_shift_partition(x, gamma, beta, window, shift, eps):
+    return _fk().ln_shift_partition(x.contiguous(), gamma.contiguous(), beta.contiguous(), window, shift, eps=eps)
+
+
+def _cuda_window_attention(qkv, add, heads, seq, scale):
+    return _fk().attention(qkv.contiguous(), heads=heads, seq=seq, add=add.contiguous(), scale=scale)
+
+
+def _cuda_attention(qkv, heads, seq, scale, key_padding_mask=None):
+    kpm = key_padding_mask.contiguous() if key_padding_mask is not None else None
+    return _fk().attention(qkv.contiguous(), heads=heads, seq=seq, key_padding_mask=kpm, scale=scale)
+
+
+def _cuda_window_reverse_residual(windows, shortcut, window, shift, gamma, beta, eps):
+    return _fk().window_reverse_residual(windows.contiguous(), shortcut.contiguous(), window, shift, gamma=gamma,
+                                         beta=beta, eps=eps, with_ln=True)
+
+
+def _flat_linear(x, weight, bias, residual, epilogue):
+    k = x.shape[-1]
+    x2 = x.contiguous().view(-1, k)
+    res = residual.contiguous().view(x2.shape[0], -1) if residual is not None else None
+    y = _fk().gemm(x2, weight.contiguous(), "nk", bias=bias, residual=res, epilogue=epilogue)
+    return y.view(*x.shape[:-1], weight.shape[0])
+
+
+def _cuda_linear(x, weight_padded, bias, n):
+    k8 = weight_padded.shape[1]
+    if x.shape[-1] != k8:
+        x = F.pad(x, (0, k8 - x.shape[-1]))
+    y = _flat_linear(x, weight_padded, bias, None, "bias" if bias is not None else None)
+    return y if y.shape[-1] == n else y[..., :n].contiguous()
+
+
+CUDA_PYTHON = {
+    "ln_shift_partition": _cuda_ln_shift_partition,
+    "window_attention": _cuda_window_attention,
+    "attention": _cuda_attention,
+    "window_reverse_residual": _cuda_window_reverse_residual,
+    "linear_residual": lambda x, w, b, r: _flat_linear(x, w, b, r, "bias_residual"),
+    "linear_gelu_tanh": lambda x, w, b: _flat_linear(x, w, b, None, "bias_gelu_tanh"),
+    "linear": _cuda_linear,
+}
+
+
+# ---- registration ---------------------------------------------------------------------------
+
+def _cache_dir():
+    return os.environ.get("FUSEPROF_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "fuseprof")
+
+
+def _cuda_include():
+    try:
+        from torch.utils.cpp_extension import CUDA_HOME
+    except Exception:  # noqa: BLE001 - no cpp_extension: take the usual place
+        CUDA_HOME = None
+    for root in (os.environ.get("CUDA_HOME"), CUDA_HOME, "/usr/local/cuda"):
+        if root and os.path.exists(os.path.join(root, "include", "cuda_runtime_api.h")):
+            return os.path.join(root, "include")
+    return None
+
+
+def build_cpp_ops():
+    """Compiles fuseprof_torch_ops.cpp against the installed torch (cached); returns its path.
+    Raises RuntimeError with the reason when it cannot."""
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fuseprof_torch_ops.cpp")
+    torch_dir = os.path.dirname(os.path.abspath(torch.__file__))
+    include, libdir = os.path.join(torch_dir, "include"), os.path.join(torch_dir, "lib")
+    cuda_include = _cuda_include()
+    if cuda_include is None:
+        raise RuntimeError("no CUDA headers (cuda_runtime_api.h) under CUDA_HOME or /usr/local/cuda")
+    abi = int(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", 1))
+    key = hashlib.sha256()
+    with open(src, "rb") as f:
+        key.update(f.read())
+    key.update(f"{torch.__version__}|{torch_dir}|{abi}|{sys.version_info[:2]}".encode())
+    cache = _cache_dir()
+    so = os.path.join(cache, "torch-ops-%s.so" % key.hexdigest()[:16])
+    if os.path.exists(so):
+        return so
+    os.makedirs(cache, exist_ok=True)
+    tmp = f"{so}.{os.getpid()}.tmp"
+    cmd = [os.environ.get("CXX", "g++"), "-O2", "-DNDEBUG", "-std=c++17", "-shared", "-fPIC",
+           f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-I", include,
+           "-I", os.path.join(include, "torch", "csrc", "api", "include"), "-I", cuda_include, src, "-o", tmp,
+           "-L", libdir, "-lc10", "-lc10_cuda", "-ltorch_cpu", "-ltorch_cuda", "-ltorch", f"-Wl,-rpath,{libdir}",
+           "-ldl"]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise RuntimeError(f"g++ failed to run: {e}") from None
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["?"])[-1]
+        raise RuntimeError(f"g++ failed: {last}")
+    os.replace(tmp, so)
+    return so
+
+
+def _load_cpp_ops():
+    """Loads the C++ operators and points them at the kernels library; the reason on failure."""
+    import ctypes
+
+    if not torch.cuda.is_available():
+        return "no CUDA device"
+    try:
+        fk = _fk()
+        lib_path = fk._find_lib()
+        so = build_cpp_ops()
+        torch.ops.load_library(so)
+        status = ctypes.CDLL(so).fuseprof_ops_init(lib_path.encode())
+        if status != 0:
+            return f"fuseprof_ops_init({lib_path}) returned {status}"
+        fk.init()
+        return None
+    except Exception as e:  # noqa: BLE001 - the Python definitions take over, and say why
+        return f"{type(e).__name__}: {e}"
+
+
+def register():
+    """Defines the fuseprof::* operators once per process (C++ dispatch where it builds)."""
+    global DISPATCH, DISPATCH_NOTE
+    if DISPATCH is not None:
+        return DISPATCH
+    why = "disabled by FUSEPROF_PATCH_CPP=0" if os.environ.get("FUSEPROF_PATCH_CPP") == "0" else _load_cpp_ops()
+    if why is None:
+        DISPATCH = "C++"
+    else:
+        DISPATCH, DISPATCH_NOTE = "Python (ctypes)", why
+        for name, schema in SCHEMAS.items():
+            torch.library.define(f"fuseprof::{name}", schema)
+            torch.library.impl(f"fuseprof::{name}", "CUDA")(CUDA_PYTHON[name])
+    for name in SCHEMAS:
+        torch.library.impl(f"fuseprof::{name}", "CPU")(REFERENCES[name])
+        torch.library.register_fake(f"fuseprof::{name}")(FAKES[name])
+    return DISPATCH
+
+
+def attention_add(heads, seq, bias, window_mask):
+    """The window attention's additive tensor [nW or 1, heads, seq, seq rounded up to 8]: the
+    relative-position bias [heads, seq, seq] plus the shifted-window mask [nW, seq, seq] (either
+    may be None), combined once per layer (a constant of the model, like a padded weight)."""
+    t = bias if bias is not None else window_mask
+    if t.is_cuda:
+        return _fk().attention_add(heads, seq, bias=bias, window_mask=window_mask)
+    add = torch.zeros(1, heads, seq, seq, dtype=t.dtype)
+    if bias is not None:
+        add = add + bias[None]
+    if window_mask is not None:
+        add = add + window_mask[:, None]
+    return F.pad(add, (0, -(-seq // 8) * 8 - seq))

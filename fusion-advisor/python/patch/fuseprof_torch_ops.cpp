@@ -1,0 +1,221 @@
+// The bundled kernels as PyTorch operators dispatched from C++: fuseprof::ln_shift_partition,
+// window_attention, attention, window_reverse_residual, linear_residual, linear_gelu_tanh and
+// linear, with CUDA implementations that call libfuseprof_kernels.so's C ABI (fpk_*) on
+// the current stream. No Python runs per call, so a patched model called op by op costs what
+// an aten op costs to dispatch, and CUDA graphs capture the launches.
+//
+// The schemas are defined here and their fake (meta) implementations in fuseprof_patch.py,
+// which also registers CPU reference implementations (the tests run the patched models on CPU
+// through them). fuseprof_patch.py compiles this file with g++ against the installed torch on
+// first use, caches the library, loads it with torch.ops.load_library and calls
+// fuseprof_ops_init with the kernels library's path; when it cannot be built the same ops are
+// defined in Python instead (slower dispatch, same kernels).
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAStream.h>
+#include <dlfcn.h>
+#include <torch/library.h>
+
+#include <cstdint>
+#include <string>
+#include <tuple>
+
+namespace {
+
+using u64 = uint64_t;
+using FnAttention = int32_t (*)(int32_t, u64, u64, u64, u64, int64_t, int64_t, int64_t, int64_t, int32_t,
+                                int64_t, float, void*);
+using FnLnShiftPartition = int32_t (*)(int32_t, u64, u64, u64, u64, int64_t, int64_t, int64_t, int64_t,
+                                       int64_t, int64_t, float, void*);
+using FnWindowReverse = int32_t (*)(int32_t, u64, u64, u64, u64, u64, u64, int64_t, int64_t, int64_t, int64_t,
+                                    int64_t, int64_t, float, void*);
+using FnGemm = int32_t (*)(int32_t, int64_t, int64_t, int64_t, int64_t, u64, int64_t, int64_t, u64, int64_t,
+                           int64_t, int32_t, u64, u64, u64, int64_t, int64_t, int32_t, void*);
+using FnLastError = size_t (*)(char*, size_t);
+
+FnAttention g_attention = nullptr;
+FnLnShiftPartition g_ln_shift_partition = nullptr;
+FnWindowReverse g_window_reverse = nullptr;
+FnGemm g_gemm = nullptr;
+FnLastError g_last_error = nullptr;
+
+// Epilogue codes of fpk_gemm (kernels/src/gemm.rs, Epilogue::from_code).
+constexpr int32_t kEpilogueNone = 0;
+constexpr int32_t kEpilogueBias = 1;
+constexpr int32_t kEpilogueBiasGeluTanh = 3;
+constexpr int32_t kEpilogueBiasResidual = 4;
+
+void check(int32_t status, const char* what) {
+  if (status == 0) return;
+  std::string msg = "unknown error";
+  if (g_last_error) {
+    char buf[4096];
+    size_t n = g_last_error(buf, sizeof(buf));
+    msg.assign(buf, n < sizeof(buf) ? n : sizeof(buf) - 1);
+  }
+  TORCH_CHECK(false, "fuseprof::", what, ": status ", status, ": ", msg);
+}
+
+void ready(const char* what) {
+  TORCH_CHECK(g_gemm != nullptr, "fuseprof::", what, ": the kernels library is not loaded (fuseprof_ops_init)");
+}
+
+int32_t dtype_code(const at::Tensor& t) {
+  if (t.scalar_type() == at::kHalf) return 0;
+  if (t.scalar_type() == at::kBFloat16) return 1;
+  TORCH_CHECK(false, "fuseprof: dtype ", t.scalar_type(), " not supported (fp16, bf16)");
+}
+
+u64 ptr(const at::Tensor& t) { return reinterpret_cast<u64>(t.data_ptr()); }
+
+u64 opt_ptr(const c10::optional<at::Tensor>& t) { return t.has_value() ? ptr(*t) : 0; }
+
+void* stream(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.get_device()).stream(); }
+
+at::Tensor ln_shift_partition(const at::Tensor& x_, const at::Tensor& gamma, const at::Tensor& beta,
+                              int64_t window, int64_t shift, double eps) {
+  ready("ln_shift_partition");
+  at::Tensor x = x_.contiguous();
+  TORCH_CHECK(x.dim() == 4, "fuseprof::ln_shift_partition: x must be [B, H, W, C]");
+  int64_t b = x.size(0), h = x.size(1), w = x.size(2), c = x.size(3);
+  int64_t nh = (h + window - 1) / window, nw = (w + window - 1) / window;
+  at::Tensor out = at::empty({b * nh * nw, window * window, c}, x.options());
+  at::Tensor g = gamma.contiguous(), be = beta.contiguous();
+  check(g_ln_shift_partition(dtype_code(x), ptr(x), ptr(g), ptr(be), ptr(out), b, h, w, c, window, shift,
+                             static_cast<float>(eps), stream(x)),
+        "ln_shift_partition");
+  return out;
+}
+
+// qkv: [tokens, 3 * heads * d] -> [tokens, heads * d]. mask_kind as fpk_attention: 0 none,
+// 2 key padding ([batch, seq] additive), 3 precombined bias + window mask (attention_add).
+at::Tensor attention_impl(const at::Tensor& qkv_, const c10::optional<at::Tensor>& mask, int32_t kind,
+                          int64_t n_mask, int64_t heads, int64_t seq, double scale, const char* what) {
+  ready(what);
+  at::Tensor qkv = qkv_.contiguous();
+  int64_t width = qkv.size(-1);
+  int64_t tokens = qkv.numel() / width;
+  int64_t d = width / (3 * heads);
+  TORCH_CHECK(tokens % seq == 0, "fuseprof::", what, ": token count is not a multiple of seq");
+  at::Tensor out = at::empty({tokens, heads * d}, qkv.options());
+  c10::optional<at::Tensor> m;
+  if (mask.has_value()) m = mask->contiguous();
+  check(g_attention(dtype_code(qkv), ptr(qkv), ptr(out), 0, opt_ptr(m), tokens / seq, seq, heads, d, kind, n_mask,
+                    static_cast<float>(scale), stream(qkv)),
+        what);
+  return out;
+}
+
+at::Tensor window_attention(const at::Tensor& qkv, const at::Tensor& add, int64_t heads, int64_t seq,
+                            double scale) {
+  return attention_impl(qkv, add, 3, add.size(0), heads, seq, scale, "window_attention");
+}
+
+at::Tensor attention(const at::Tensor& qkv, int64_t heads, int64_t seq, double scale,
+                     const c10::optional<at::Tensor>& key_padding_mask) {
+  int64_t batch = (qkv.numel() / qkv.size(-1)) / seq;
+  if (key_padding_mask.has_value()) {
+    TORCH_CHECK(key_padding_mask->numel() == batch * seq, "fuseprof::attention: key_padding_mask must be [B, seq]");
+    return attention_impl(qkv, key_padding_mask, 2, batch, heads, seq, scale, "attention");
+  }
+  return attention_impl(qkv, c10::nullopt, 0, 0, heads, seq, scale, "attention");
+}
+
+std::tuple<at::Tensor, at::Tensor> window_reverse_residual(const at::Tensor& windows_, const at::Tensor& shortcut_,
+                                                           int64_t window, int64_t shift, const at::Tensor& gamma,
+                                                           const at::Tensor& beta, double eps) {
+  ready("window_reverse_residual");
+  at::Tensor windows = windows_.contiguous(), shortcut = shortcut_.contiguous();
+  TORCH_CHECK(shortcut.dim() == 4, "fuseprof::window_reverse_residual: shortcut must be [B, H, W, C]");
+  at::Tensor out = at::empty_like(shortcut), ln_out = at::empty_like(shortcut);
+  at::Tensor g = gamma.contiguous(), be = beta.contiguous();
+  check(g_window_reverse(dtype_code(windows), ptr(windows), ptr(shortcut), ptr(out), ptr(g), ptr(be), ptr(ln_out),
+                         shortcut.size(0), shortcut.size(1), shortcut.size(2), shortcut.size(3), window, shift,
+                         static_cast<float>(eps), stream(windows)),
+        "window_reverse_residual");
+  return {out, ln_out};
+}
+
+// y[M, N] = x[M, K] @ weight[N, K]^T (+ bias, + epilogue) as one 2-D cuBLASLt GEMM over all leading
+// dimensions of x; `residual` has y's shape. Returns [..., N].
+at::Tensor linear_impl(const at::Tensor& x_, const at::Tensor& weight_, const c10::optional<at::Tensor>& bias,
+                       const c10::optional<at::Tensor>& residual, int32_t epilogue, const char* what) {
+  ready(what);
+  at::Tensor x = x_.contiguous(), weight = weight_.contiguous();
+  int64_t k = x.size(-1), n = weight.size(0);
+  TORCH_CHECK(weight.size(1) == k, "fuseprof::", what, ": inner dimensions differ (", k, " vs ", weight.size(1), ")");
+  int64_t m = x.numel() / k;
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+  shape.back() = n;
+  at::Tensor out = at::empty(shape, x.options());
+  c10::optional<at::Tensor> b, r;
+  if (bias.has_value()) b = bias->contiguous();
+  if (residual.has_value()) {
+    r = residual->contiguous();
+    TORCH_CHECK(r->numel() == m * n, "fuseprof::", what, ": residual must have the output's shape");
+  }
+  check(g_gemm(dtype_code(x), m, n, k, 1, ptr(x), k, m * k, ptr(weight), k, 0, 0, opt_ptr(b), opt_ptr(r), ptr(out),
+               n, m * n, epilogue, stream(x)),
+        what);
+  return out;
+}
+
+at::Tensor linear_residual(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                           const at::Tensor& residual) {
+  return linear_impl(x, weight, bias, residual, kEpilogueBiasResidual, "linear_residual");
+}
+
+at::Tensor linear_gelu_tanh(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  return linear_impl(x, weight, bias, c10::nullopt, kEpilogueBiasGeluTanh, "linear_gelu_tanh");
+}
+
+// y = x @ weight^T + bias, first n columns. The weight may be zero-padded (once, by the caller)
+// to [N8, K8] and the bias to N8: x's K columns are then padded to K8 per call, the GEMM writes
+// [M, N8], and the first n columns are returned.
+at::Tensor linear(const at::Tensor& x_, const at::Tensor& weight_padded, const c10::optional<at::Tensor>& bias,
+                         int64_t n) {
+  at::Tensor x = x_;
+  int64_t k8 = weight_padded.size(1);
+  if (x.size(-1) != k8) x = at::constant_pad_nd(x, {0, k8 - x.size(-1)});
+  at::Tensor y = linear_impl(x, weight_padded, bias, c10::nullopt, bias.has_value() ? kEpilogueBias : kEpilogueNone,
+                             "linear");
+  return n == y.size(-1) ? y : y.narrow(-1, 0, n).contiguous();
+}
+
+}  // namespace
+
+extern "C" int fuseprof_ops_init(const char* kernels_lib) {
+  void* h = dlopen(kernels_lib, RTLD_NOW | RTLD_GLOBAL);
+  if (!h) return 1;
+  g_attention = reinterpret_cast<FnAttention>(dlsym(h, "fpk_attention"));
+  g_ln_shift_partition = reinterpret_cast<FnLnShiftPartition>(dlsym(h, "fpk_ln_shift_partition"));
+  g_window_reverse = reinterpret_cast<FnWindowReverse>(dlsym(h, "fpk_window_reverse_residual"));
+  g_last_error = reinterpret_cast<FnLastError>(dlsym(h, "fpk_last_error"));
+  g_gemm = reinterpret_cast<FnGemm>(dlsym(h, "fpk_gemm"));
+  if (!g_attention || !g_ln_shift_partition || !g_window_reverse || !g_last_error || !g_gemm) {
+    g_gemm = nullptr;
+    return 2;
+  }
+  return 0;
+}
+
+TORCH_LIBRARY(fuseprof, m) {
+  m.def("ln_shift_partition(Tensor x, Tensor gamma, Tensor beta, int window, int shift, float eps) -> Tensor");
+  m.def("window_attention(Tensor qkv, Tensor add, int heads, int seq, float scale) -> Tensor");
+  m.def("attention(Tensor qkv, int heads, int seq, float scale, Tensor? key_padding_mask=None) -> Tensor");
+  m.def(
+      "window_reverse_residual(Tensor windows, Tensor shortcut, int window, int shift, Tensor gamma, Tensor beta, "
+      "float eps) -> (Tensor, Tensor)");
+  m.def("linear_residual(Tensor x, Tensor weight, Tensor bias, Tensor residual) -> Tensor");
+  m.def("linear_gelu_tanh(Tensor x, Tensor weight, Tensor bias) -> Tensor");
+  m.def("linear(Tensor x, Tensor weight_padded, Tensor? bias, int n) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(fuseprof, CUDA, m) {
+  m.impl("ln_shift_partition", &ln_shift_partition);
+  m.impl("window_attention", &window_attention);
+  m.impl("attention", &attention);
+  m.impl("window_reverse_residual", &window_reverse_residual);
+  m.impl("linear_residual", &linear_residual);
+  m.impl("linear_gelu_tanh", &linear_gelu_tanh);
+  m.impl("linear", &linear);
+}
