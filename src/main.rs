@@ -11,7 +11,7 @@ use fuseprof_analyzer::{Analysis, AnalyzeConfig, GroupBy};
 use fuseprof_collector::collect::{self, Capture, CollectConfig, PytorchMode};
 use fuseprof_collector::import::{self, Format, ImportOptions};
 use fuseprof_fusion_advisor::bench::{self, BenchConfig, Selection};
-use fuseprof_fusion_advisor::model_bench::{self, ModelBenchConfig};
+use fuseprof_fusion_advisor::model_bench::{self, Mode, ModelBenchConfig};
 use fuseprof_fusion_advisor::AdviseConfig;
 use fuseprof_store::Store;
 
@@ -175,7 +175,7 @@ enum Command {
         fuseprof bench swin.sqlite --all\n  \
         fuseprof bench swin.sqlite --proposal wattn-4096x3x49x32-shifted -o results.json\n  \
         fuseprof bench -- python3 bench/swin_infer.py               # the model before and after\n  \
-        fuseprof bench --cuda-graphs -- python3 bench/swin_infer.py\n\n\
+        fuseprof bench --modes graphs,compile:max-autotune -- python3 bench/swin_infer.py\n\n\
         Needs python3 with PyTorch and a CUDA GPU (--python or $FUSEPROF_PYTHON), and\n\
         libfuseprof_kernels.so next to fuseprof or in $FUSEPROF_KERNELS_LIB\n\
         (cargo build --release -p fuseprof-kernels).")]
@@ -202,15 +202,15 @@ enum Command {
         /// The python3 that has torch (default: $FUSEPROF_PYTHON, else python3).
         #[arg(long)]
         python: Option<PathBuf>,
-        /// With a command: run both sides under torch.compile in this mode (default,
-        /// reduce-overhead, max-autotune).
-        #[arg(long, requires = "command")]
-        compile: Option<String>,
-        /// With a command: capture both sides' models in CUDA graphs.
-        #[arg(long, requires = "command")]
-        cuda_graphs: bool,
-        /// With a command: the advisor patterns to apply, comma-separated (default: all the
-        /// patch layer knows).
+        /// With a command: how both sides run the model, one comparison per mode: eager,
+        /// graphs (eager captured in CUDA graphs), compile:default, compile:reduce-overhead,
+        /// compile:max-autotune.
+        #[arg(long, requires = "command", value_delimiter = ',',
+              default_value = model_bench::DEFAULT_MODES, value_parser = Mode::parse)]
+        modes: Vec<Mode>,
+        /// With a command: the patterns to apply, comma-separated (default: every exact
+        /// replacement the patch layer knows; `gemm_gelu`, which computes exact GELU in its tanh
+        /// form, only when named).
         #[arg(long, requires = "command", value_delimiter = ',')]
         apply: Vec<String>,
         /// With a command: keep the runs of both sides in this folder.
@@ -521,8 +521,7 @@ fn run(command: Command) -> Result<ExitCode> {
             rounds,
             no_compile,
             python,
-            compile,
-            cuda_graphs,
+            modes,
             apply,
             keep,
             json,
@@ -532,8 +531,7 @@ fn run(command: Command) -> Result<ExitCode> {
                 let cfg = ModelBenchConfig {
                     command,
                     rounds,
-                    compile,
-                    cuda_graphs,
+                    modes,
                     apply: (!apply.is_empty()).then_some(apply),
                     keep,
                     kernels_lib: None,

@@ -891,6 +891,30 @@ fn acc2_add(a: &mut Acc, it: &Item) {
 }
 
 /// Opens `path` and analyzes it: what `fuseprof analyze` does.
+/// The spread of the step wall times of a run whose steps are annotated (NVTX `step`,
+/// `ProfilerStep#N`, ...), read from its ranges alone: it needs no GPU records, so it serves
+/// runs traced with CUDA activity off (`fuseprof bench` times its rounds so). None when the run
+/// has no step annotation.
+pub fn annotated_step_wall(path: &Path) -> Result<Option<Spread>> {
+    let mut store = Store::open(path)?;
+    let mut names = Names::new(store.strings()?);
+    let mut tb = TreeBuilder::new(&mut names);
+    store.for_each_lean_range(|r| tb.add(r))?;
+    let latest_ns = tb.latest_ns;
+    let tree = tb.build(latest_ns);
+    let found = steps::find(&tree, &names, &[]);
+    if found.source != steps::StepSource::Annotation {
+        return Ok(None);
+    }
+    Ok(spread(
+        &found
+            .windows
+            .iter()
+            .map(|w| w.end_ns - w.start_ns)
+            .collect::<Vec<_>>(),
+    ))
+}
+
 pub fn analyze_file(path: &Path, cfg: &AnalyzeConfig) -> Result<Analysis> {
     let mut store = Store::open(path)?;
     analyze(&mut store, cfg)

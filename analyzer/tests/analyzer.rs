@@ -984,3 +984,39 @@ fn the_op_tree_adds_up_to_the_tables_it_cuts() {
     // The recording ran the model three times (three depth-0 ranges).
     assert_eq!(top.instances, 3);
 }
+
+#[test]
+fn step_walls_come_from_the_step_ranges_alone() {
+    // A run traced with CUDA activity off: NVTX `step` ranges and no GPU record. analyze has
+    // nothing to attribute; the step walls are still there.
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("steps-only.sqlite");
+    let mut w = Writer::create(&p, CreateOptions::default()).unwrap();
+    let step = w.intern("step");
+    for (start, len) in [(0, 10_000), (20_000, 12_000), (40_000, 11_000)] {
+        let mut r = Range::new(RangeKind::NvtxPushPop, step, 1, 1, start);
+        r.end_ns = Some(start + len);
+        w.range(r).unwrap();
+    }
+    finish(w);
+    assert!(matches!(analyze_path(&p), Err(Error::EmptyRun { .. })));
+    let wall = fuseprof_analyzer::annotated_step_wall(&p).unwrap().unwrap();
+    assert_eq!((wall.median_ns, wall.min_ns, wall.max_ns), (11_000.0, 10_000, 12_000));
+
+    // Without step ranges there is nothing to time.
+    let q = dir.path().join("no-steps.sqlite");
+    let mut w = Writer::create(&q, CreateOptions::default()).unwrap();
+    op(&mut w, "aten::mm", 0, Some(10));
+    finish(w);
+    assert_eq!(fuseprof_analyzer::annotated_step_wall(&q).unwrap(), None);
+
+    // On a real recording with step ranges it agrees with the full analysis.
+    let rec = store_for("recordings/swin_t_infer_modules.sqlite.gz");
+    let a = run("recordings/swin_t_infer_modules.sqlite.gz", &AnalyzeConfig::default());
+    let light = fuseprof_analyzer::annotated_step_wall(&rec).unwrap();
+    if a.steps.source == fuseprof_analyzer::StepSource::Annotation {
+        assert_eq!(light, a.steps.wall);
+    } else {
+        assert_eq!(light, None);
+    }
+}

@@ -35,6 +35,7 @@ mod chain;
 mod error;
 pub mod estimate;
 pub mod model_bench;
+mod progress;
 mod render;
 mod rules;
 

@@ -1,8 +1,9 @@
 //! `fuseprof bench -- CMD ARGS...`: the user's program run as it is (baseline) and with the
 //! bundled kernels swapped in by the patch layer (`python/patch/`), each side traced by
-//! `collect` in its own process, interleaved for a number of rounds. Step times come from the
-//! analyzer's steps; a last pass per side with op ranges gives the per-op diff; the patch layer's
-//! report gives the numerics verdict.
+//! `collect` in its own process, interleaved for a number of rounds, in each of the asked modes
+//! (eager, CUDA graphs, torch.compile). Step times come from the program's step ranges; a last
+//! pass per side with op ranges gives the per-op diff; the patch layer's reports give the
+//! numerics verdict.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -14,21 +15,76 @@ use serde::Serialize;
 use crate::{Error, Result};
 
 const PATCH: &str = include_str!("../python/patch/fuseprof_patch.py");
+const PATCH_OPS: &str = include_str!("../python/patch/fuseprof_patch_ops.py");
+const TORCH_OPS_CPP: &str = include_str!("../python/patch/fuseprof_torch_ops.cpp");
 const PATCH_SITE: &str = include_str!("../python/patch/sitecustomize.py");
 const KERNELS_PY: &str = include_str!("../../kernels/python/fuseprof_kernels.py");
+
+/// How both sides run the model in one mode of the comparison.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Mode {
+    /// torch.compile's mode (`default`, `reduce-overhead`, `max-autotune`), or eager.
+    pub compile: Option<String>,
+    /// The models captured in CUDA graphs (one per input shape).
+    pub cuda_graphs: bool,
+}
+
+impl Mode {
+    /// Parses `eager`, `graphs` (eager captured in CUDA graphs) or `compile:MODE`.
+    pub fn parse(s: &str) -> std::result::Result<Mode, String> {
+        let mode = match s.trim() {
+            "eager" => Mode {
+                compile: None,
+                cuda_graphs: false,
+            },
+            "graphs" => Mode {
+                compile: None,
+                cuda_graphs: true,
+            },
+            other => match other.strip_prefix("compile:") {
+                Some(
+                    m @ ("default"
+                    | "reduce-overhead"
+                    | "max-autotune"
+                    | "max-autotune-no-cudagraphs"),
+                ) => Mode {
+                    compile: Some(m.to_string()),
+                    cuda_graphs: false,
+                },
+                _ => {
+                    return Err(format!(
+                        "unknown mode `{other}`: use eager, graphs, compile:default, \
+                         compile:reduce-overhead or compile:max-autotune"
+                    ))
+                }
+            },
+        };
+        Ok(mode)
+    }
+
+    pub fn label(&self) -> String {
+        match (&self.compile, self.cuda_graphs) {
+            (Some(m), true) => format!("torch.compile({m}) + CUDA graphs"),
+            (Some(m), false) => format!("torch.compile({m})"),
+            (None, true) => "eager + CUDA graphs".into(),
+            (None, false) => "eager".into(),
+        }
+    }
+}
+
+/// The modes `fuseprof bench -- CMD` compares when none are named.
+pub const DEFAULT_MODES: &str = "eager,graphs,compile:default,compile:reduce-overhead";
 
 /// What `fuseprof bench -- CMD` was asked for.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelBenchConfig {
     pub command: Vec<OsString>,
-    /// Timed rounds; each runs the baseline and the patched side once, in alternating order.
+    /// Timed rounds per mode; each runs the baseline and the patched side once, in
+    /// alternating order.
     pub rounds: u32,
-    /// Run both sides under torch.compile with this mode (`default`, `reduce-overhead`,
-    /// `max-autotune`).
-    pub compile: Option<String>,
-    /// Capture both sides' models in CUDA graphs.
-    pub cuda_graphs: bool,
-    /// Advisor patterns to apply (None: every one the patch layer knows).
+    /// The modes to compare, in order; the first one's pass with op ranges gives the diff.
+    pub modes: Vec<Mode>,
+    /// Advisor patterns to apply (None: every exact replacement the patch layer knows).
     pub apply: Option<Vec<String>>,
     /// Keep the runs here (None: a temporary folder, removed at the end).
     pub keep: Option<PathBuf>,
@@ -58,19 +114,51 @@ impl Side {
     }
 }
 
+/// One mode's comparison.
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct ModelBenchReport {
-    pub command: String,
-    pub compile: Option<String>,
-    pub cuda_graphs: bool,
+pub struct ModeResult {
+    pub mode: Mode,
+    pub label: String,
     pub baseline: Side,
     pub patched: Side,
     /// Baseline median over patched median.
     pub speedup: f64,
-    /// The last pass of each side, with op ranges: what disappeared, what appeared.
+    /// Modules the patch layer replaced (0: it ran the original code everywhere, as it does
+    /// for a model in training mode).
+    pub patched_modules: usize,
+    /// Whether this mode's patched runs passed the numerics check, and why not.
+    pub numerics_passed: bool,
+    pub numerics_problem: Option<String>,
+}
+
+/// The headline: the fastest patched mode against the eager baseline and against the
+/// fastest compiled baseline.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Summary {
+    pub fastest_patched: String,
+    pub fastest_patched_ms: f64,
+    /// The eager baseline (None when eager was not among the modes).
+    pub eager_baseline_ms: Option<f64>,
+    pub speedup_over_eager: Option<f64>,
+    pub fastest_compiled_baseline: Option<String>,
+    pub fastest_compiled_baseline_ms: Option<f64>,
+    pub speedup_over_compiled: Option<f64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ModelBenchReport {
+    pub command: String,
+    /// How the timed rounds were traced.
+    pub timing: Timing,
+    pub modes: Vec<ModeResult>,
+    pub summary: Summary,
+    /// The first mode's last pass of each side, with op ranges: what disappeared, what
+    /// appeared.
     pub diff: Diff,
-    /// What the patch layer patched and left alone, and its numerics (JSON, see fuseprof_patch).
+    /// What the patch layer patched and left alone, and its numerics, in the first mode (JSON,
+    /// see fuseprof_patch).
     pub patch: serde_json::Value,
+    /// Every mode's numerics passed.
     pub numerics_passed: bool,
     /// Why not, when not.
     pub numerics_problem: Option<String>,
@@ -97,24 +185,51 @@ impl Drop for Work {
     }
 }
 
-/// Median step wall time (ms) of a run, from the analyzer's steps.
-fn step_ms(run: &Path) -> Result<f64> {
+/// How the timed rounds were traced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Timing {
+    /// NVTX only (CUDA activity off): the program's step annotations, with no per-launch
+    /// tracing cost.
+    StepRanges,
+    /// Fully traced (the program has no step annotation, so steps come from the analyzer's
+    /// period of the op sequence, which needs the GPU records).
+    Traced,
+}
+
+const NO_STEPS: &str = "the program's steps were not found; mark each step with an NVTX range \
+                        named `step` (torch.cuda.nvtx.range_push(\"step\")) or run it under the \
+                        PyTorch profiler's schedule";
+
+/// Median step wall time (ms) of a run traced with NVTX only; None without step annotations.
+fn annotated_step_ms(run: &Path) -> Result<Option<f64>> {
+    Ok(fuseprof_analyzer::annotated_step_wall(run)?.map(|w| w.median_ns / 1e6))
+}
+
+/// Median step wall time (ms) of a fully traced run, from the analyzer's steps.
+fn traced_step_ms(run: &Path) -> Result<f64> {
     let a = fuseprof_analyzer::analyze_file(run, &AnalyzeConfig::default())?;
-    let wall = a.steps.wall.ok_or_else(|| {
-        Error::Bench(format!(
-            "{}: the program's steps were not found; mark each step with an NVTX range named \
-             `step` (torch.cuda.nvtx.range_push(\"step\")) or run it under the PyTorch profiler's \
-             schedule",
-            run.display()
-        ))
-    })?;
+    let wall = a
+        .steps
+        .wall
+        .ok_or_else(|| Error::Bench(format!("{}: {NO_STEPS}", run.display())))?;
     Ok(wall.median_ns / 1e6)
 }
 
-/// Runs the baseline and patched sides, interleaved, and compares them.
+fn read_json(path: &Path) -> serde_json::Value {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(serde_json::Value::Null)
+}
+
+/// Runs the baseline and patched sides, interleaved, in every mode, and compares them.
 pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
     if cfg.command.is_empty() {
         return Err(Error::Bench("no command to run after `--`".into()));
+    }
+    if cfg.modes.is_empty() {
+        return Err(Error::Bench("no mode to compare in (--modes)".into()));
     }
     let lib = crate::bench::find_kernels_lib(cfg.kernels_lib.as_deref())?;
     let dir = match &cfg.keep {
@@ -129,119 +244,198 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
     std::fs::create_dir_all(&patch_dir).map_err(io(&patch_dir))?;
     for (name, text) in [
         ("fuseprof_patch.py", PATCH),
+        ("fuseprof_patch_ops.py", PATCH_OPS),
+        ("fuseprof_torch_ops.cpp", TORCH_OPS_CPP),
         ("sitecustomize.py", PATCH_SITE),
         ("fuseprof_kernels.py", KERNELS_PY),
     ] {
         let p = patch_dir.join(name);
         std::fs::write(&p, text).map_err(io(&p))?;
     }
-    let report_path = dir.join("patch-report.json");
-    let mut common: Vec<(OsString, OsString)> =
-        vec![("FUSEPROF_KERNELS_LIB".into(), lib.clone().into_os_string())];
-    if let Some(mode) = &cfg.compile {
-        common.push(("FUSEPROF_COMPILE".into(), mode.into()));
-    }
-    if cfg.cuda_graphs {
-        common.push(("FUSEPROF_CUDA_GRAPHS".into(), "1".into()));
-    }
-    // The baseline loads the patch layer only to compile or graph as the patched side does.
-    let mut patched_env = common.clone();
-    patched_env.push(("FUSEPROF_PATCH".into(), "1".into()));
-    patched_env.push(("FUSEPROF_PATCH_REPORT".into(), report_path.clone().into()));
-    if let Some(apply) = &cfg.apply {
-        patched_env.push(("FUSEPROF_PATCH_APPLY".into(), apply.join(",").into()));
-    }
-    let side = |name: &str, round: u32, patched: bool, pytorch: PytorchMode| -> Result<PathBuf> {
-        let output = dir.join(format!("{name}-{round}.sqlite"));
-        let cfg = CollectConfig {
-            output: output.clone(),
-            overwrite: true,
-            pytorch,
-            capture: Capture::All,
-            command: cfg.command.clone(),
-            tracer_path: None,
-            all_api: false,
-            python_path: vec![patch_dir.clone()],
-            env: if patched {
-                patched_env.clone()
-            } else {
-                common.clone()
-            },
-        };
-        let outcome = collect::run(&cfg).map_err(|e| Error::Bench(format!("{name} side: {e}")))?;
-        if outcome.exit_code != 0 {
-            return Err(Error::Bench(format!(
-                "the {name} side of `{}` exited with code {}",
-                cfg.command
-                    .iter()
-                    .map(|s| s.to_string_lossy())
-                    .collect::<Vec<_>>()
-                    .join(" "),
-                outcome.exit_code
-            )));
-        }
-        Ok(output)
-    };
-    let mut base_ms = Vec::new();
-    let mut patched_ms = Vec::new();
+    let command_text = cfg
+        .command
+        .iter()
+        .map(|s| s.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let progress = crate::progress::Progress::new(
+        cfg.modes.len() as u64 * u64::from(cfg.rounds.max(1)) * 2 + 2,
+        "runs",
+    );
     let mut runs = Vec::new();
+    let mut timing = Timing::StepRanges;
     let rounds = cfg.rounds.max(1);
-    for round in 0..rounds {
-        // Alternate which side goes first, so that neither always runs on a warmer machine.
-        let order = if round % 2 == 0 {
-            [false, true]
-        } else {
-            [true, false]
-        };
-        for patched in order {
-            let name = if patched { "patched" } else { "baseline" };
-            tracing::info!("round {}/{rounds}: {name}", round + 1);
-            let run = side(name, round, patched, PytorchMode::None)?;
-            let ms = step_ms(&run)?;
-            if patched {
-                patched_ms.push(ms);
+    let mut results = Vec::new();
+    let mut first_patch = serde_json::Value::Null;
+    let mut diff = None;
+    for (index, mode) in cfg.modes.iter().enumerate() {
+        let report_path = dir.join(format!("patch-report-{index}.json"));
+        let mut common: Vec<(OsString, OsString)> =
+            vec![("FUSEPROF_KERNELS_LIB".into(), lib.clone().into_os_string())];
+        if let Some(m) = &mode.compile {
+            common.push(("FUSEPROF_COMPILE".into(), m.into()));
+        }
+        if mode.cuda_graphs {
+            common.push(("FUSEPROF_CUDA_GRAPHS".into(), "1".into()));
+        }
+        // The baseline loads the patch layer only to compile or graph as the patched side does.
+        let mut patched_env = common.clone();
+        patched_env.push(("FUSEPROF_PATCH".into(), "1".into()));
+        patched_env.push(("FUSEPROF_PATCH_REPORT".into(), report_path.clone().into()));
+        if let Some(apply) = &cfg.apply {
+            patched_env.push(("FUSEPROF_PATCH_APPLY".into(), apply.join(",").into()));
+        }
+        // Timed rounds record NVTX only: CUPTI's per-launch cost would otherwise inflate an
+        // eager program's steps (a Swin-T step took half again as long fully traced).
+        let side =
+            |name: &str, patched: bool, pytorch: PytorchMode, light: bool| -> Result<PathBuf> {
+                let output = dir.join(format!("m{index}-{name}.sqlite"));
+                let mut env = if patched {
+                    patched_env.clone()
+                } else {
+                    common.clone()
+                };
+                if light {
+                    env.push(("FUSEPROF_CUPTI_KINDS".into(), "none".into()));
+                }
+                let collect_cfg = CollectConfig {
+                    output: output.clone(),
+                    overwrite: true,
+                    pytorch,
+                    capture: Capture::All,
+                    command: cfg.command.clone(),
+                    tracer_path: None,
+                    all_api: false,
+                    python_path: vec![patch_dir.clone()],
+                    env,
+                };
+                let outcome = collect::run(&collect_cfg)
+                    .map_err(|e| Error::Bench(format!("{name} side ({}): {e}", mode.label())))?;
+                if outcome.exit_code != 0 {
+                    return Err(Error::Bench(format!(
+                        "the {name} side of `{command_text}` ({}) exited with code {}",
+                        mode.label(),
+                        outcome.exit_code
+                    )));
+                }
+                Ok(output)
+            };
+        let mut base_ms = Vec::new();
+        let mut patched_ms = Vec::new();
+        for round in 0..rounds {
+            // Alternate which side goes first, so that neither always runs on a warmer machine.
+            let order = if round % 2 == 0 {
+                [false, true]
             } else {
-                base_ms.push(ms);
+                [true, false]
+            };
+            for patched in order {
+                let name = format!("{}-{round}", if patched { "patched" } else { "baseline" });
+                progress.set_message(format!("{}: round {}/{rounds}", mode.label(), round + 1));
+                let mut ms = None;
+                if timing == Timing::StepRanges {
+                    let run = side(&name, patched, PytorchMode::None, true)?;
+                    ms = annotated_step_ms(&run)?;
+                    runs.push(run);
+                }
+                let ms = match ms {
+                    Some(ms) => ms,
+                    None => {
+                        // No step annotation: time this and every later run fully traced.
+                        timing = Timing::Traced;
+                        let run = side(&name, patched, PytorchMode::None, false)?;
+                        let ms = traced_step_ms(&run)?;
+                        runs.push(run);
+                        ms
+                    }
+                };
+                if patched {
+                    patched_ms.push(ms);
+                } else {
+                    base_ms.push(ms);
+                }
+                progress.inc(1);
             }
-            runs.push(run);
+        }
+        if index == 0 {
+            // One more pass per side with op ranges, for the per-op diff (op annotation costs
+            // host time, so these runs are not timed).
+            progress.set_message(format!("{}: the passes with op ranges", mode.label()));
+            let base_ops = side("baseline-ops", false, PytorchMode::Ops, false)?;
+            let patched_ops = side("patched-ops", true, PytorchMode::Ops, false)?;
+            let analysis = |p: &Path| fuseprof_analyzer::analyze_file(p, &AnalyzeConfig::default());
+            diff = Some(fuseprof_analyzer::diff(
+                &analysis(&base_ops)?,
+                &analysis(&patched_ops)?,
+            ));
+            runs.push(base_ops);
+            runs.push(patched_ops);
+            progress.inc(2);
+        }
+        let patch = read_json(&report_path);
+        let (numerics_passed, numerics_problem) = verdict(&patch);
+        let baseline = Side::new(base_ms);
+        let patched = Side::new(patched_ms);
+        results.push(ModeResult {
+            patched_modules: patch["modules"].as_object().map_or(0, |m| m.len()),
+            label: mode.label(),
+            mode: mode.clone(),
+            speedup: baseline.median_ms / patched.median_ms,
+            baseline,
+            patched,
+            numerics_passed,
+            numerics_problem,
+        });
+        if index == 0 {
+            first_patch = patch;
         }
     }
-    // One more pass per side with op ranges, for the per-op diff (op annotation costs host
-    // time, so these runs are not timed).
-    let base_ops = side("baseline-ops", rounds, false, PytorchMode::Ops)?;
-    let patched_ops = side("patched-ops", rounds, true, PytorchMode::Ops)?;
-    let analysis = |p: &Path| fuseprof_analyzer::analyze_file(p, &AnalyzeConfig::default());
-    let diff = fuseprof_analyzer::diff(&analysis(&base_ops)?, &analysis(&patched_ops)?);
-    runs.push(base_ops);
-    runs.push(patched_ops);
-
-    let patch: serde_json::Value = std::fs::read_to_string(&report_path)
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or(serde_json::Value::Null);
-    let (numerics_passed, numerics_problem) = verdict(&patch);
-    let baseline = Side::new(base_ms);
-    let patched = Side::new(patched_ms);
+    progress.finish();
+    let failed = results.iter().find(|r| !r.numerics_passed);
     let report = ModelBenchReport {
-        command: cfg
-            .command
-            .iter()
-            .map(|s| s.to_string_lossy())
-            .collect::<Vec<_>>()
-            .join(" "),
-        compile: cfg.compile.clone(),
-        cuda_graphs: cfg.cuda_graphs,
-        speedup: baseline.median_ms / patched.median_ms,
-        baseline,
-        patched,
-        diff,
-        patch,
-        numerics_passed,
-        numerics_problem,
+        command: command_text,
+        timing,
+        summary: summarize(&results),
+        numerics_passed: failed.is_none(),
+        numerics_problem: failed.map(|r| {
+            format!(
+                "{}: {}",
+                r.label,
+                r.numerics_problem.as_deref().unwrap_or("unknown")
+            )
+        }),
+        modes: results,
+        diff: diff.expect("the first mode made the diff"),
+        patch: first_patch,
         runs: if work.keep { runs } else { Vec::new() },
     };
     drop(work);
     Ok(report)
+}
+
+/// The fastest patched mode against the eager baseline and the fastest compiled baseline.
+pub fn summarize(results: &[ModeResult]) -> Summary {
+    let fastest = results
+        .iter()
+        .min_by(|a, b| a.patched.median_ms.total_cmp(&b.patched.median_ms))
+        .expect("at least one mode");
+    let eager = results
+        .iter()
+        .find(|r| r.mode.compile.is_none() && !r.mode.cuda_graphs)
+        .map(|r| r.baseline.median_ms);
+    let compiled = results
+        .iter()
+        .filter(|r| r.mode.compile.is_some())
+        .min_by(|a, b| a.baseline.median_ms.total_cmp(&b.baseline.median_ms));
+    Summary {
+        fastest_patched: fastest.label.clone(),
+        fastest_patched_ms: fastest.patched.median_ms,
+        eager_baseline_ms: eager,
+        speedup_over_eager: eager.map(|e| e / fastest.patched.median_ms),
+        fastest_compiled_baseline: compiled.map(|c| c.label.clone()),
+        fastest_compiled_baseline_ms: compiled.map(|c| c.baseline.median_ms),
+        speedup_over_compiled: compiled.map(|c| c.baseline.median_ms / fastest.patched.median_ms),
+    }
 }
 
 /// Whether the patch layer's numerics pass: something was patched, every patched module and
@@ -287,7 +481,11 @@ pub fn verdict(patch: &serde_json::Value) -> (bool, Option<String>) {
         }
         _ => (
             false,
-            Some("the model's output was not compared (no model from timm.create_model)".into()),
+            Some(
+                "the model's output was not compared (no model from timm.create_model or \
+                 transformers)"
+                    .into(),
+            ),
         ),
     }
 }
@@ -296,60 +494,117 @@ pub fn verdict(patch: &serde_json::Value) -> (bool, Option<String>) {
 pub fn render(r: &ModelBenchReport, top: usize) -> String {
     use std::fmt::Write;
     let mut o = String::new();
-    let mode = match (&r.compile, r.cuda_graphs) {
-        (Some(m), true) => format!("torch.compile({m}) + CUDA graphs"),
-        (Some(m), false) => format!("torch.compile({m})"),
-        (None, true) => "eager + CUDA graphs".into(),
-        (None, false) => "eager".into(),
-    };
+    let rounds = r.modes.first().map_or(0, |m| m.baseline.rounds_ms.len());
     let _ = writeln!(
         o,
-        "fuseprof bench -- {}  ({mode}, {} rounds interleaved, each side traced by fuseprof collect)",
+        "fuseprof bench -- {}  ({rounds} rounds per mode, sides interleaved, each under fuseprof \
+         collect, {})",
         r.command,
-        r.baseline.rounds_ms.len()
+        match r.timing {
+            Timing::StepRanges => "timed by the program's step ranges with CUDA tracing off",
+            Timing::Traced => "timed fully traced: the program has no step ranges",
+        }
     );
-    let _ = writeln!(o, "{:<10} {:>10} {:>20}", "", "step ms", "rounds (min-max)");
-    for (name, s) in [("baseline", &r.baseline), ("patched", &r.patched)] {
+    let _ = writeln!(
+        o,
+        "{:<34} {:>12} {:>18} {:>12} {:>18} {:>9}",
+        "both sides run", "baseline ms", "rounds", "patched ms", "rounds", "speed-up"
+    );
+    for m in &r.modes {
         let _ = writeln!(
             o,
-            "{name:<10} {:>10.3} {:>20}",
-            s.median_ms,
-            format!("{:.3}-{:.3}", s.min_ms, s.max_ms)
+            "{:<34} {:>12.3} {:>18} {:>12.3} {:>18} {:>8.2}x{}",
+            m.label,
+            m.baseline.median_ms,
+            format!("{:.3}-{:.3}", m.baseline.min_ms, m.baseline.max_ms),
+            m.patched.median_ms,
+            format!("{:.3}-{:.3}", m.patched.min_ms, m.patched.max_ms),
+            m.speedup,
+            if m.patched_modules == 0 {
+                "  nothing patched"
+            } else if m.numerics_passed {
+                ""
+            } else {
+                "  numerics FAILED"
+            }
         );
     }
-    let _ = writeln!(o, "speed-up   {:>9.2}x", r.speedup);
+    let s = &r.summary;
+    let _ = write!(
+        o,
+        "fastest patched: {} at {:.3} ms",
+        s.fastest_patched, s.fastest_patched_ms
+    );
+    if let (Some(e), Some(x)) = (s.eager_baseline_ms, s.speedup_over_eager) {
+        let _ = write!(o, "; {x:.2}x the eager baseline ({e:.3} ms)");
+    }
+    if let (Some(name), Some(c), Some(x)) = (
+        &s.fastest_compiled_baseline,
+        s.fastest_compiled_baseline_ms,
+        s.speedup_over_compiled,
+    ) {
+        let _ = write!(
+            o,
+            "; {x:.2}x the fastest compiled baseline, {name} ({c:.3} ms)"
+        );
+    }
+    let _ = writeln!(o);
     let modules = r.patch["modules"].as_object();
     let worst = modules.and_then(|m| {
         m.iter()
             .filter_map(|(k, v)| Some((k.clone(), v["rel_error"].as_f64()?)))
             .max_by(|a, b| a.1.total_cmp(&b.1))
     });
-    let _ = writeln!(
-        o,
-        "numerics: {} module(s) patched{}{}: {}",
-        modules.map_or(0, |m| m.len()),
-        worst
-            .map(|(k, e)| format!(", worst relative error {e:.1e} ({k})"))
-            .unwrap_or_default(),
-        r.patch["models"]
-            .as_object()
-            .map(|m| m
-                .iter()
-                .map(|(k, v)| format!(
-                    "; model {k} output {:.1e}",
-                    v["rel_error"].as_f64().unwrap_or(f64::NAN)
-                ))
-                .collect::<String>())
-            .unwrap_or_default(),
-        if r.numerics_passed {
-            "PASSED".to_string()
-        } else {
-            format!(
-                "FAILED ({})",
-                r.numerics_problem.as_deref().unwrap_or("unknown")
-            )
+    if modules.is_none_or(|m| m.is_empty()) {
+        let _ = writeln!(
+            o,
+            "numerics: nothing was patched, so there is nothing to compare (left alone, below)"
+        );
+    } else {
+        let _ = writeln!(
+            o,
+            "numerics: {} module(s) patched{}{}: {}",
+            modules.map_or(0, |m| m.len()),
+            worst
+                .map(|(k, e)| format!(", worst relative error {e:.1e} ({k})"))
+                .unwrap_or_default(),
+            r.patch["models"]
+                .as_object()
+                .map(|m| m
+                    .iter()
+                    .map(|(k, v)| format!(
+                        "; model {k} output {:.1e}",
+                        v["rel_error"].as_f64().unwrap_or(f64::NAN)
+                    ))
+                    .collect::<String>())
+                .unwrap_or_default(),
+            if r.numerics_passed {
+                "PASSED in every mode".to_string()
+            } else {
+                format!(
+                    "FAILED ({})",
+                    r.numerics_problem.as_deref().unwrap_or("unknown")
+                )
+            }
+        );
+    }
+    if let Some(patterns) = r.patch["patched"].as_object() {
+        let list = patterns.keys().cloned().collect::<Vec<_>>().join(", ");
+        let _ = writeln!(o, "applied: {list}");
+    }
+    if let Some(ops) = r.patch["ops"].as_str() {
+        let note = r.patch["ops_note"]
+            .as_str()
+            .map(|n| format!(" ({n})"))
+            .unwrap_or_default();
+        let _ = writeln!(o, "kernels dispatched from {ops}{note}");
+    }
+    if let Some(approx) = r.patch["approximations"].as_object() {
+        for (what, modules) in approx {
+            let n = modules.as_array().map_or(0, |a| a.len());
+            let _ = writeln!(o, "approximation in {n} module(s): {what}");
         }
-    );
+    }
     if let Some(left) = r.patch["left_alone"].as_object() {
         for (why, what) in left {
             let n = what.as_array().map_or(0, |a| a.len());
@@ -357,6 +612,11 @@ pub fn render(r: &ModelBenchReport, top: usize) -> String {
         }
     }
     let _ = writeln!(o);
+    let _ = writeln!(
+        o,
+        "per-op diff, {} (one more run per side with op ranges, not timed):",
+        r.modes.first().map_or("", |m| m.label.as_str())
+    );
     o.push_str(&fuseprof_analyzer::render_diff_text(&r.diff, top));
     o
 }
@@ -388,6 +648,61 @@ mod tests {
         let unchecked = json!({"modules": {"M/b": {"rel_error": 3e-4, "passed": true}}});
         assert!(!verdict(&unchecked).0);
         assert!(!verdict(&serde_json::Value::Null).0);
+    }
+
+    #[test]
+    fn modes_parse_and_unknown_ones_say_what_is_known() {
+        let m: Vec<Mode> = DEFAULT_MODES
+            .split(',')
+            .map(|s| Mode::parse(s).unwrap())
+            .collect();
+        assert_eq!(
+            m.iter().map(Mode::label).collect::<Vec<_>>(),
+            [
+                "eager",
+                "eager + CUDA graphs",
+                "torch.compile(default)",
+                "torch.compile(reduce-overhead)"
+            ]
+        );
+        let e = Mode::parse("compile:fast").unwrap_err();
+        assert!(e.contains("compile:max-autotune"), "{e}");
+        assert!(Mode::parse("graph").is_err());
+    }
+
+    fn result(mode: &str, base: f64, patched: f64) -> ModeResult {
+        let mode = Mode::parse(mode).unwrap();
+        ModeResult {
+            label: mode.label(),
+            mode,
+            baseline: Side::new(vec![base]),
+            patched: Side::new(vec![patched]),
+            speedup: base / patched,
+            patched_modules: 1,
+            numerics_passed: true,
+            numerics_problem: None,
+        }
+    }
+
+    #[test]
+    fn the_summary_sets_the_fastest_patched_mode_against_eager_and_the_best_compiled() {
+        let s = summarize(&[
+            result("eager", 10.0, 4.0),
+            result("graphs", 9.0, 3.6),
+            result("compile:default", 6.3, 3.7),
+            result("compile:reduce-overhead", 6.0, 3.65),
+        ]);
+        assert_eq!(s.fastest_patched, "eager + CUDA graphs");
+        assert_eq!(s.eager_baseline_ms, Some(10.0));
+        assert!((s.speedup_over_eager.unwrap() - 10.0 / 3.6).abs() < 1e-12);
+        assert_eq!(
+            s.fastest_compiled_baseline.as_deref(),
+            Some("torch.compile(reduce-overhead)")
+        );
+        assert!((s.speedup_over_compiled.unwrap() - 6.0 / 3.6).abs() < 1e-12);
+        // Without eager or compiled modes those comparisons are absent, not made up.
+        let g = summarize(&[result("graphs", 9.0, 3.6)]);
+        assert_eq!((g.speedup_over_eager, g.speedup_over_compiled), (None, None));
     }
 
     #[test]

@@ -53,8 +53,9 @@ const KIND_NAMES: [&str; 7] = [
     "kernel", "memcpy", "memset", "runtime", "driver", "sync", "overhead",
 ];
 
-/// The kinds to record: FUSEPROF_CUPTI_KINDS (a comma list of KIND_NAMES, or "none") is a
-/// diagnostic for measuring what each kind costs; unset means all of them.
+/// The kinds to record: FUSEPROF_CUPTI_KINDS (a comma list of KIND_NAMES, or "none") measures
+/// what each kind costs, and "none" is how `fuseprof bench -- CMD` times a program by its NVTX
+/// step ranges alone; unset means all of them.
 fn recorded_kinds() -> &'static [K] {
     static KINDS: std::sync::OnceLock<Vec<K>> = std::sync::OnceLock::new();
     KINDS.get_or_init(|| match std::env::var("FUSEPROF_CUPTI_KINDS") {
