@@ -10,10 +10,20 @@ use std::ffi::OsString;
 use fuseprof_analyzer::{Analysis, AnalyzeConfig, GroupBy};
 use fuseprof_collector::collect::{self, Capture, CollectConfig, PytorchMode};
 use fuseprof_collector::import::{self, Format, ImportOptions};
+use fuseprof_collector::progress::Progress;
 use fuseprof_fusion_advisor::bench::{self, BenchConfig, Selection};
 use fuseprof_fusion_advisor::model_bench::{self, Mode, ModelBenchConfig};
 use fuseprof_fusion_advisor::AdviseConfig;
 use fuseprof_store::Store;
+
+/// A line for the user on stderr (summaries, warnings), left out under -q.
+macro_rules! note {
+    ($($arg:tt)*) => {
+        if !QUIET.load(std::sync::atomic::Ordering::Relaxed) {
+            eprintln!($($arg)*);
+        }
+    };
+}
 
 #[derive(Parser, Debug)]
 #[command(
@@ -34,6 +44,12 @@ use fuseprof_store::Store;
       fuseprof push run.sqlite --label branch=main    # run history (SQLite or PostgreSQL)"
 )]
 struct Cli {
+    /// Print nothing but errors and the command's own output: no progress bars, no warnings.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    quiet: bool,
+    /// Print more of what happens (-v: info, -vv: debug, the libraries' log lines included).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
     #[command(subcommand)]
     command: Command,
 }
@@ -360,15 +376,28 @@ enum FormatArg {
     Nsys,
 }
 
+/// The log filter for -q / -v: fuseprof's own warnings by default, the libraries' (sqlx, ...)
+/// only from -v on. FUSEPROF_LOG, when set, overrides it.
+fn log_filter(quiet: bool, verbose: u8) -> &'static str {
+    match (quiet, verbose) {
+        (true, _) => "error",
+        (false, 0) => "warn,sqlx=error",
+        (false, 1) => "info",
+        (false, _) => "debug",
+    }
+}
+
 fn main() -> ExitCode {
+    let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("FUSEPROF_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+            tracing_subscriber::EnvFilter::try_from_env("FUSEPROF_LOG").unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new(log_filter(cli.quiet, cli.verbose))
+            }),
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    QUIET.store(cli.quiet, std::sync::atomic::Ordering::Relaxed);
     match run(cli.command) {
         Ok(code) => code,
         Err(e) => {
@@ -398,13 +427,16 @@ fn run(command: Command) -> Result<ExitCode> {
                 all_api,
                 python_path: Vec::new(),
                 env: Vec::new(),
+                progress: Some(Default::default()),
             };
-            let outcome = collect::run(&cfg).context("cannot collect")?;
+            let progress = cfg.progress.clone().unwrap_or_default();
+            let outcome =
+                with_progress(&progress, || collect::run(&cfg)).context("cannot collect")?;
             for w in &outcome.warnings {
-                eprintln!("fuseprof: warning: {w}");
+                note!("fuseprof: warning: {w}");
             }
             let c = &outcome.counts;
-            eprintln!(
+            note!(
                 "fuseprof: wrote {}: {} kernels, {} memcpy, {} memset, {} API calls, {} ranges \
                  from {} process(es); dropped records: {} CUPTI, {} NVTX",
                 outcome.output.display(),
@@ -426,6 +458,7 @@ fn run(command: Command) -> Result<ExitCode> {
             force,
         } => {
             let options = ImportOptions {
+                progress: Some(Default::default()),
                 overwrite: force,
                 format: format.map(|f| match f {
                     FormatArg::Kineto => Format::Kineto,
@@ -433,11 +466,12 @@ fn run(command: Command) -> Result<ExitCode> {
                 }),
             };
             let started = std::time::Instant::now();
-            let report = import::import(&input, &output, &options)
+            let progress = options.progress.clone().unwrap_or_default();
+            let report = with_progress(&progress, || import::import(&input, &output, &options))
                 .with_context(|| format!("cannot import {}", input.display()))?;
             let secs = started.elapsed().as_secs_f64();
             let c = &report.counts;
-            eprintln!(
+            note!(
                 "imported {} ({:?}): {} kernels, {} memcpy, {} memset, {} API calls, {} ranges, \
                  {} flows from {} source events in {:.2} s -> {}",
                 input.display(),
@@ -453,14 +487,14 @@ fn run(command: Command) -> Result<ExitCode> {
                 output.display()
             );
             for (why, n) in &report.skipped {
-                eprintln!("  not stored: {n} {why}");
+                note!("  not stored: {n} {why}");
             }
         }
         Command::Export { run, output, force } => {
             let mut store = Store::open(&run)?;
             let s = fuseprof_reports::chrome::export(&mut store, &output, force)
                 .with_context(|| format!("cannot export {}", run.display()))?;
-            eprintln!(
+            note!(
                 "wrote {} events ({} launch flows) to {}",
                 s.events,
                 s.flows,
@@ -619,10 +653,10 @@ fn run(command: Command) -> Result<ExitCode> {
             };
             let outcome = report::generate(&cfg)?;
             for w in &outcome.warnings {
-                eprintln!("fuseprof: warning: {w}");
+                note!("fuseprof: warning: {w}");
             }
             for p in &outcome.written {
-                eprintln!("wrote {}", p.display());
+                note!("wrote {}", p.display());
             }
             if let Some(g) = &outcome.gate {
                 for f in g.failed() {
@@ -631,7 +665,7 @@ fn run(command: Command) -> Result<ExitCode> {
                 if !g.passed() {
                     return Ok(ExitCode::FAILURE);
                 }
-                eprintln!("gate: all {} rules hold", g.outcomes.len());
+                note!("gate: all {} rules hold", g.outcomes.len());
             }
         }
         Command::Push { run, db, label } => {
@@ -643,8 +677,8 @@ fn run(command: Command) -> Result<ExitCode> {
                 .map(|d| d.as_nanos() as i64)
                 .unwrap_or(0);
             match hist::History::open(&db)?.push(&summary, now)? {
-                hist::Pushed::Stored => eprintln!("stored run {} ({})", summary.key, run.display()),
-                hist::Pushed::AlreadyThere => eprintln!(
+                hist::Pushed::Stored => note!("stored run {} ({})", summary.key, run.display()),
+                hist::Pushed::AlreadyThere => note!(
                     "run {} ({}) is already in the history; nothing changed",
                     summary.key,
                     run.display()
@@ -756,6 +790,85 @@ fn render_info(i: &fuseprof_store::Info) -> String {
         let _ = writeln!(s);
     }
     s
+}
+
+/// Set by -q: no progress bars, no notes.
+static QUIET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Runs `work` while a bar on stderr shows `progress` (phase, bytes, events and their rate),
+/// drawn only on a terminal, without -q, and once the work has taken a second.
+fn with_progress<T>(progress: &Progress, work: impl FnOnce() -> T) -> T {
+    use std::io::IsTerminal;
+    if QUIET.load(std::sync::atomic::Ordering::Relaxed) || !std::io::stderr().is_terminal() {
+        return work();
+    }
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| draw_progress(progress, &done));
+        let out = work();
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        out
+    })
+}
+
+fn draw_progress(progress: &Progress, done: &std::sync::atomic::AtomicBool) {
+    use indicatif::{ProgressBar, ProgressStyle};
+    use std::sync::atomic::Ordering;
+    // Nothing is drawn before the work's first phase starts (`collect` runs the program
+    // first, whose output owns the terminal), nor for work done within a second of it.
+    let tick = std::time::Duration::from_millis(100);
+    let mut started = None;
+    loop {
+        if done.load(Ordering::Relaxed) {
+            return;
+        }
+        if !progress.snapshot().phase.is_empty() {
+            let t = *started.get_or_insert_with(std::time::Instant::now);
+            if t.elapsed() >= std::time::Duration::from_secs(1) {
+                break;
+            }
+        }
+        std::thread::sleep(tick);
+    }
+    let sized =
+        ProgressStyle::with_template("{prefix:>9} [{bar:20}] {percent:>3}% of {total_bytes} {msg}")
+            .expect("a valid template")
+            .progress_chars("=> ");
+    let unsized_ = ProgressStyle::with_template("{prefix:>9} {spinner} {elapsed} {msg}")
+        .expect("a valid template");
+    let bar = ProgressBar::new(0).with_style(unsized_.clone());
+    let mut phase = "";
+    let (mut last_events, mut last_t) = (0u64, std::time::Instant::now());
+    let mut rate = 0.0;
+    while !done.load(Ordering::Relaxed) {
+        let s = progress.snapshot();
+        if s.phase != phase {
+            phase = s.phase;
+            bar.set_prefix(phase);
+            bar.set_style(if s.bytes_total > 0 {
+                sized.clone()
+            } else {
+                unsized_.clone()
+            });
+            bar.set_length(s.bytes_total);
+        }
+        bar.set_position(s.bytes_done);
+        let dt = last_t.elapsed().as_secs_f64();
+        if dt >= 0.5 {
+            rate = (s.events - last_events) as f64 / dt;
+            (last_events, last_t) = (s.events, std::time::Instant::now());
+        }
+        if s.events > 0 {
+            let mut msg = format!("{:.2} M events", s.events as f64 / 1e6);
+            if rate > 0.0 {
+                msg += &format!(", {:.2} M/s", rate / 1e6);
+            }
+            bar.set_message(msg);
+        }
+        bar.tick();
+        std::thread::sleep(tick);
+    }
+    bar.finish_and_clear();
 }
 
 #[cfg(test)]

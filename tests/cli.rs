@@ -255,3 +255,39 @@ fn report_gate_exit_codes() {
     }
     assert!(!dir.path().join("no").exists());
 }
+
+#[test]
+fn imports_are_quiet_when_piped_and_silent_with_q() {
+    let dir = tempfile::tempdir().unwrap();
+    for fixture in [
+        "kineto/hta_timeline_analysis_sampled_rank-0.json.gz",
+        "nsys/nsysai_mfu_2gpu_before.sqlite",
+    ] {
+        let input = fuseprof_fixtures::path(fixture);
+        let run = dir.path().join("run.sqlite");
+        // Piped: the one summary line (and what was not stored), no bar, no library log line.
+        let o = fuseprof(&["import", s(&input), "-o", s(&run), "--force"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let err = stderr(&o);
+        assert!(err.starts_with("imported "), "{err}");
+        assert!(
+            !err.contains('\x1b'),
+            "a progress bar reached a pipe: {err:?}"
+        );
+        assert!(
+            !err.contains("WARN") && !err.contains("slow statement"),
+            "{err}"
+        );
+        // -q: nothing at all on success.
+        let o = fuseprof(&["-q", "import", s(&input), "-o", s(&run), "--force"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert_eq!(stderr(&o), "");
+        assert!(o.stdout.is_empty());
+    }
+    // -q still says what went wrong.
+    let o = fuseprof(&["-q", "import", "/nonexistent/trace.json", "-o", "x.sqlite"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("No such file"), "{}", stderr(&o));
+    // -q and -v contradict each other.
+    assert!(!fuseprof(&["-q", "-v", "info", "x.sqlite"]).status.success());
+}

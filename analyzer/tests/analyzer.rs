@@ -1001,7 +1001,10 @@ fn step_walls_come_from_the_step_ranges_alone() {
     finish(w);
     assert!(matches!(analyze_path(&p), Err(Error::EmptyRun { .. })));
     let wall = fuseprof_analyzer::annotated_step_wall(&p).unwrap().unwrap();
-    assert_eq!((wall.median_ns, wall.min_ns, wall.max_ns), (11_000.0, 10_000, 12_000));
+    assert_eq!(
+        (wall.median_ns, wall.min_ns, wall.max_ns),
+        (11_000.0, 10_000, 12_000)
+    );
 
     // Without step ranges there is nothing to time.
     let q = dir.path().join("no-steps.sqlite");
@@ -1012,7 +1015,10 @@ fn step_walls_come_from_the_step_ranges_alone() {
 
     // On a real recording with step ranges it agrees with the full analysis.
     let rec = store_for("recordings/swin_t_infer_modules.sqlite.gz");
-    let a = run("recordings/swin_t_infer_modules.sqlite.gz", &AnalyzeConfig::default());
+    let a = run(
+        "recordings/swin_t_infer_modules.sqlite.gz",
+        &AnalyzeConfig::default(),
+    );
     let light = fuseprof_analyzer::annotated_step_wall(&rec).unwrap();
     if a.steps.source == fuseprof_analyzer::StepSource::Annotation {
         assert_eq!(light, a.steps.wall);

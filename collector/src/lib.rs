@@ -12,3 +12,4 @@
 
 pub mod collect;
 pub mod import;
+pub mod progress;

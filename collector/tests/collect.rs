@@ -32,6 +32,7 @@ fn config(dir: &Path, out: &str, command: &[&str]) -> CollectConfig {
         all_api: false,
         python_path: Vec::new(),
         env: Vec::new(),
+        progress: None,
     }
 }
 

@@ -435,3 +435,30 @@ fn an_unwritable_output_is_refused() {
 fn a_missing_input_is_refused() {
     expect_failure(Path::new("/no/such/trace.json"), "/no/such/trace.json");
 }
+
+#[test]
+fn imports_advance_the_progress_counters_to_the_end() {
+    let dir = tempfile::tempdir().unwrap();
+    for (fixture, sized) in [
+        ("kineto/hta_timeline_analysis_sampled_rank-0.json.gz", true),
+        ("nsys/nsysai_mfu_2gpu_before.sqlite", false),
+    ] {
+        let progress = std::sync::Arc::new(fuseprof_collector::progress::Progress::default());
+        let opts = ImportOptions {
+            progress: Some(progress.clone()),
+            ..Default::default()
+        };
+        let out = dir.path().join("run.sqlite");
+        let _ = std::fs::remove_file(&out);
+        let report = import(&fixtures::path(fixture), &out, &opts).unwrap();
+        let s = progress.snapshot();
+        // The last phase is the index build; every event was counted on the way.
+        assert_eq!(s.phase, "indexing", "{fixture}");
+        if sized {
+            assert_eq!(s.events, report.source_events, "{fixture}");
+        } else {
+            // nsys counts the rows it read, which include the metadata tables.
+            assert!(s.events >= report.source_events, "{fixture}: {s:?}");
+        }
+    }
+}

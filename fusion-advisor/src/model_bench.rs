@@ -308,6 +308,7 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
                     all_api: false,
                     python_path: vec![patch_dir.clone()],
                     env,
+                    progress: None,
                 };
                 let outcome = collect::run(&collect_cfg)
                     .map_err(|e| Error::Bench(format!("{name} side ({}): {e}", mode.label())))?;
@@ -702,7 +703,10 @@ mod tests {
         assert!((s.speedup_over_compiled.unwrap() - 6.0 / 3.6).abs() < 1e-12);
         // Without eager or compiled modes those comparisons are absent, not made up.
         let g = summarize(&[result("graphs", 9.0, 3.6)]);
-        assert_eq!((g.speedup_over_eager, g.speedup_over_compiled), (None, None));
+        assert_eq!(
+            (g.speedup_over_eager, g.speedup_over_compiled),
+            (None, None)
+        );
     }
 
     #[test]

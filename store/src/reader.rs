@@ -286,6 +286,7 @@ impl Store {
                 SqliteConnectOptions::new()
                     .filename(path)
                     .read_only(true)
+                    .disable_statement_logging()
                     .connect(),
             )
             .map_err(|e| not_a_store(path, format!("cannot open it as SQLite: {e}")))?;

@@ -97,6 +97,7 @@ pub fn record_bench_results(path: &Path, results: &[BenchResult]) -> Result<()> 
         let mut conn = SqliteConnectOptions::new()
             .filename(path)
             .journal_mode(SqliteJournalMode::Delete)
+            .disable_statement_logging()
             .connect()
             .await?;
         sqlx::migrate!("./migrations").run(&mut conn).await?;

@@ -421,6 +421,9 @@ async fn open_for_writing(path: &Path) -> Result<SqliteConnection> {
         .synchronous(SqliteSynchronous::Off)
         .locking_mode(SqliteLockingMode::Exclusive)
         .pragma("cache_size", "-131072")
+        // The index build at finish is slow by nature on large runs; sqlx would log it as a
+        // "slow statement" warning on the user's terminal.
+        .disable_statement_logging()
         .connect()
         .await?;
     // Tables only: the indexes (migration 2) are built once at `finish`, which costs far less

@@ -14,6 +14,7 @@ use fuseprof_store::{
 
 use super::spool::{self, flush_reason, msg, tag, Dec};
 use super::{CollectError, Result};
+use crate::progress::Progress;
 
 /// What ingestion found besides the records.
 #[derive(Debug, Default)]
@@ -47,14 +48,24 @@ pub fn spool_files(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
-pub fn ingest(files: &[PathBuf], w: &mut Writer) -> Result<Report> {
+pub fn ingest(files: &[PathBuf], w: &mut Writer, progress: Option<&Progress>) -> Result<Report> {
     let mut report = Report::default();
+    if let Some(p) = progress {
+        let total = files
+            .iter()
+            .filter_map(|f| std::fs::metadata(f).ok())
+            .map(|m| m.len())
+            .sum();
+        p.phase("ingesting", total);
+    }
     for path in files {
         let bytes = std::fs::read(path).map_err(|e| CollectError::Spool {
             path: path.clone(),
             message: e.to_string(),
         })?;
+        let done_before = report.spool_bytes;
         report.spool_bytes += bytes.len() as u64;
+        let progress = progress.map(|p| (p, done_before + 12));
         if bytes.len() < 12 {
             // Created but never written: a process that died at once.
             continue;
@@ -75,7 +86,10 @@ pub fn ingest(files: &[PathBuf], w: &mut Writer) -> Result<Report> {
                 ),
             });
         }
-        ingest_one(&bytes[12..], w, &mut report)?;
+        ingest_one(&bytes[12..], w, &mut report, progress)?;
+    }
+    if let Some(p) = progress {
+        p.phase("indexing", 0);
     }
     Ok(report)
 }
@@ -300,7 +314,17 @@ impl Emitter<'_> {
     }
 }
 
-fn ingest_one(data: &[u8], w: &mut Writer, report: &mut Report) -> Result<()> {
+/// Records between two updates of the progress counters.
+const PROGRESS_EVERY: u64 = 4096;
+
+/// Ingests one process's spool records; `progress` is advanced to its file's bytes read so far
+/// (the second item: the bytes before this file's records).
+fn ingest_one(
+    data: &[u8],
+    w: &mut Writer,
+    report: &mut Report,
+    progress: Option<(&Progress, u64)>,
+) -> Result<()> {
     let defs = collect_defs(data);
     if defs.pid == 0 {
         return Ok(());
@@ -356,7 +380,15 @@ fn ingest_one(data: &[u8], w: &mut Writer, report: &mut Report) -> Result<()> {
     let mut unmatched_pops = 0u64;
     let mut short_records = 0u64;
     let mut dec = Dec::new(data);
+    let mut records = 0u64;
     while let Some((t, payload)) = dec.record() {
+        records += 1;
+        if records.is_multiple_of(PROGRESS_EVERY) {
+            if let Some((p, base)) = progress {
+                p.set_bytes_done(base + dec.pos as u64);
+                p.add_events(PROGRESS_EVERY);
+            }
+        }
         let mut p = Dec::new(payload);
         let res = (|| -> Option<Result<()>> {
             match t {

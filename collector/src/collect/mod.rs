@@ -18,6 +18,7 @@
 //!     all_api: false,
 //!     python_path: Vec::new(),
 //!     env: Vec::new(),
+//!     progress: None,
 //! };
 //! let outcome = run(&cfg)?;
 //! for w in &outcome.warnings {
@@ -145,6 +146,8 @@ pub struct CollectConfig {
     pub python_path: Vec<PathBuf>,
     /// More environment for the program.
     pub env: Vec<(OsString, OsString)>,
+    /// Counters the ingest of the recording advances, for a progress display.
+    pub progress: Option<std::sync::Arc<crate::progress::Progress>>,
 }
 
 /// How a collection went. The run file is valid (possibly empty) whenever this is returned.
@@ -286,7 +289,7 @@ pub fn run(cfg: &CollectConfig) -> Result<CollectOutcome> {
 
     let ingest_started = Instant::now();
     let files = ingest::spool_files(&spool_dir);
-    let report = match ingest::ingest(&files, &mut writer) {
+    let report = match ingest::ingest(&files, &mut writer, cfg.progress.as_deref()) {
         Ok(r) => r,
         Err(e) => {
             drop(forwarding);
@@ -486,7 +489,7 @@ pub fn ingest_spool_dir_with_warnings(
     output: &Path,
 ) -> Result<(Counts, Vec<String>)> {
     let mut writer = Writer::create(output, CreateOptions { overwrite: false })?;
-    let report = ingest::ingest(&ingest::spool_files(spool_dir), &mut writer)?;
+    let report = ingest::ingest(&ingest::spool_files(spool_dir), &mut writer, None)?;
     writer.meta("cupti_dropped_records", report.cupti_dropped);
     writer.meta("nvtx_dropped_records", report.nvtx_dropped);
     let counts = writer.finish(RunInfo {

@@ -19,18 +19,40 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::{nominal_peaks, Format, ImportError, ImportReport, Result};
+use crate::progress::{Counting, Progress};
+
+/// Events between two updates of the progress counters.
+const PROGRESS_EVERY: u64 = 4096;
 
 /// Reads the file, inflating it when it is gzip-compressed.
-pub fn read_source(path: &Path) -> Result<Vec<u8>> {
-    let raw = std::fs::read(path).map_err(|source| ImportError::Io {
+pub fn read_source(path: &Path, progress: Option<&Progress>) -> Result<Vec<u8>> {
+    let io = |source| ImportError::Io {
         path: path.into(),
         error: source,
-    })?;
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let size = file.metadata().map_err(io)?.len();
+    if let Some(p) = progress {
+        p.phase("reading", size);
+    }
+    let mut raw = Vec::with_capacity(size as usize);
+    Counting {
+        inner: file,
+        progress,
+    }
+    .read_to_end(&mut raw)
+    .map_err(io)?;
     if raw.starts_with(&[0x1f, 0x8b]) {
+        if let Some(p) = progress {
+            p.phase("inflating", raw.len() as u64);
+        }
         let mut out = Vec::with_capacity(raw.len() * 8);
-        flate2::read::MultiGzDecoder::new(&raw[..])
-            .read_to_end(&mut out)
-            .map_err(|e| ImportError::format(path, format!("corrupt gzip data: {e}")))?;
+        flate2::read::MultiGzDecoder::new(Counting {
+            inner: &raw[..],
+            progress,
+        })
+        .read_to_end(&mut out)
+        .map_err(|e| ImportError::format(path, format!("corrupt gzip data: {e}")))?;
         Ok(out)
     } else if path.extension().is_some_and(|e| e == "gz") {
         Err(ImportError::format(
@@ -42,14 +64,23 @@ pub fn read_source(path: &Path) -> Result<Vec<u8>> {
     }
 }
 
-pub(crate) fn import(path: &Path, output: &Path, create: CreateOptions) -> Result<ImportReport> {
-    let buf = read_source(path)?;
+pub(crate) fn import(
+    path: &Path,
+    output: &Path,
+    create: CreateOptions,
+    progress: Option<&Progress>,
+) -> Result<ImportReport> {
+    let buf = read_source(path, progress)?;
     // One UTF-8 check over the whole buffer is far cheaper than serde_json's check per string.
     let text = std::str::from_utf8(&buf).map_err(|e| {
         ImportError::format(path, format!("not UTF-8 text (byte {})", e.valid_up_to()))
     })?;
+    if let Some(p) = progress {
+        p.phase("parsing", text.len() as u64);
+    }
     let mut writer = Writer::create(output, create)?;
     let mut sink = Sink::new(&mut writer);
+    sink.progress = progress.map(|p| (p, text.as_ptr() as usize));
     let mut de = serde_json::Deserializer::from_str(text);
     let top = TopLevel { sink: &mut sink };
     let parsed = top.deserialize(&mut de).and_then(|()| de.end());
@@ -65,6 +96,10 @@ pub(crate) fn import(path: &Path, output: &Path, create: CreateOptions) -> Resul
             path,
             "the trace holds no events (no 'traceEvents', or it is empty)",
         ));
+    }
+    if let Some(p) = progress {
+        p.set_events(sink.events);
+        p.phase("indexing", 0);
     }
     let report = ImportReport {
         format: Format::Kineto,
@@ -117,6 +152,9 @@ struct Sink<'w> {
     devices: Vec<Device>,
     error: Option<fuseprof_store::Error>,
     cat_ids: HashMap<String, StrId>,
+    /// The counters to advance, and the address of the text being parsed: an event's
+    /// borrowed `ts` lies in it, so its address gives the bytes parsed so far.
+    progress: Option<(&'w Progress, usize)>,
 }
 
 impl<'w> Sink<'w> {
@@ -134,6 +172,7 @@ impl<'w> Sink<'w> {
             devices: Vec::new(),
             error: None,
             cat_ids: HashMap::new(),
+            progress: None,
         }
     }
 
@@ -174,6 +213,12 @@ impl<'w> Sink<'w> {
 
     fn event(&mut self, e: RawEvent<'_>) -> fuseprof_store::Result<()> {
         self.events += 1;
+        if self.events.is_multiple_of(PROGRESS_EVERY) {
+            if let (Some((p, base)), Some(ts)) = (self.progress, e.ts) {
+                p.set_bytes_done((ts.get().as_ptr() as usize).saturating_sub(base) as u64);
+                p.set_events(self.events);
+            }
+        }
         let ph = e.ph.as_deref().unwrap_or("");
         let cat = e.cat.as_deref().unwrap_or("");
         let name = e.name.as_deref().unwrap_or("");

@@ -71,6 +71,8 @@ pub struct ImportOptions {
     pub overwrite: bool,
     /// Read the file as this format instead of detecting it.
     pub format: Option<Format>,
+    /// Counters the import advances (phase, bytes, events), for a progress display.
+    pub progress: Option<std::sync::Arc<crate::progress::Progress>>,
 }
 
 const SQLITE_MAGIC: &[u8] = b"SQLite format 3\0";
@@ -127,9 +129,10 @@ pub fn import(input: &Path, output: &Path, options: &ImportOptions) -> Result<Im
     let create = CreateOptions {
         overwrite: options.overwrite,
     };
+    let progress = options.progress.as_deref();
     match format {
-        Format::Kineto => kineto::import(input, output, create),
-        Format::Nsys => nsys::import(input, output, create),
+        Format::Kineto => kineto::import(input, output, create, progress),
+        Format::Nsys => nsys::import(input, output, create, progress),
     }
 }
 

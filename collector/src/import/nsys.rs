@@ -15,6 +15,10 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteRow};
 use sqlx::{AssertSqlSafe, ConnectOptions, Row, SqliteConnection};
 
 use super::{nominal_peaks, Format, ImportError, ImportReport, Result};
+use crate::progress::Progress;
+
+/// Rows between two updates of the progress counters.
+const PROGRESS_EVERY: u64 = 4096;
 
 /// The export schema majors this importer understands.
 pub const SUPPORTED_MAJOR: i64 = 3;
@@ -35,10 +39,11 @@ struct Source<'p> {
     rt: tokio::runtime::Runtime,
     conn: SqliteConnection,
     tables: HashMap<String, Vec<String>>,
+    progress: Option<&'p Progress>,
 }
 
 impl<'p> Source<'p> {
-    fn open(path: &'p Path) -> Result<Self> {
+    fn open(path: &'p Path, progress: Option<&'p Progress>) -> Result<Self> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .map_err(|source| ImportError::Io {
@@ -51,6 +56,7 @@ impl<'p> Source<'p> {
                     .filename(path)
                     .read_only(true)
                     .immutable(true)
+                    .disable_statement_logging()
                     .connect(),
             )
             .map_err(|e| ImportError::format(path, format!("cannot open as SQLite: {e}")))?;
@@ -76,6 +82,7 @@ impl<'p> Source<'p> {
             rt,
             conn,
             tables,
+            progress,
         })
     }
 
@@ -109,6 +116,7 @@ impl<'p> Source<'p> {
     fn rows(&mut self, sql: String, mut f: impl FnMut(&SqliteRow) -> Result<()>) -> Result<u64> {
         use futures_util::TryStreamExt;
         let path = self.path;
+        let progress = self.progress;
         let conn = &mut self.conn;
         self.rt.block_on(async move {
             let mut n = 0;
@@ -120,6 +128,14 @@ impl<'p> Source<'p> {
             {
                 f(&row)?;
                 n += 1;
+                if n % PROGRESS_EVERY == 0 {
+                    if let Some(p) = progress {
+                        p.add_events(PROGRESS_EVERY);
+                    }
+                }
+            }
+            if let Some(p) = progress {
+                p.add_events(n % PROGRESS_EVERY);
             }
             Ok(n)
         })
@@ -173,8 +189,16 @@ impl Names {
     }
 }
 
-pub(crate) fn import(path: &Path, output: &Path, create: CreateOptions) -> Result<ImportReport> {
-    let mut src = Source::open(path)?;
+pub(crate) fn import(
+    path: &Path,
+    output: &Path,
+    create: CreateOptions,
+    progress: Option<&Progress>,
+) -> Result<ImportReport> {
+    if let Some(p) = progress {
+        p.phase("reading", 0);
+    }
+    let mut src = Source::open(path, progress)?;
     if src.tables.contains_key("run")
         && src.tables.contains_key("meta")
         && src.tables.contains_key("kernels")
@@ -623,6 +647,9 @@ pub(crate) fn import(path: &Path, output: &Path, create: CreateOptions) -> Resul
         (Some(n), None) => Some(n.clone()),
         _ => Some("NVIDIA Nsight Systems".into()),
     };
+    if let Some(p) = progress {
+        p.phase("indexing", 0);
+    }
     let counts = w.finish(RunInfo {
         source_format: "nsys".into(),
         source_path: Some(path.display().to_string()),
