@@ -34,8 +34,8 @@ pub use error::{Error, Result};
 pub use model::*;
 pub use names::{parse_range_name, ParsedName};
 pub use reader::{
-    ApiSpan, Direction, GpuKind, GpuSpan, HostSpan, Info, PassApiCall, PassKernel, PassMemop,
-    PassRange, RowEstimates, Store, Strings, TableCounts,
+    schema_text_is_utf8, ApiSpan, Direction, GpuKind, GpuSpan, HostSpan, Info, PassApiCall,
+    PassKernel, PassMemop, PassRange, RowEstimates, Store, Strings, TableCounts, SCHEMA_NOT_UTF8,
 };
 pub use results::{record_bench_results, BenchResult};
 pub use writer::{Counts, CreateOptions, Writer};

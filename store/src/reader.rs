@@ -209,6 +209,24 @@ pub struct Info {
     pub meta: Vec<(String, String)>,
 }
 
+/// What opening a file whose schema is not UTF-8 says.
+pub const SCHEMA_NOT_UTF8: &str =
+    "its schema holds text that is not UTF-8: a corrupt or foreign SQLite file";
+
+/// Whether every statement of the file's schema is UTF-8. sqlx panics (in its worker thread,
+/// leaving the caller waiting for ever) when a column's declared type is not, so this is asked
+/// before any query that reads a table of an untrusted file.
+pub async fn schema_text_is_utf8(conn: &mut sqlx::SqliteConnection) -> sqlx::Result<bool> {
+    let texts: Vec<Option<Vec<u8>>> =
+        sqlx::query_scalar("SELECT CAST(sql AS BLOB) FROM sqlite_master")
+            .fetch_all(conn)
+            .await?;
+    Ok(texts
+        .iter()
+        .flatten()
+        .all(|t| std::str::from_utf8(t).is_ok()))
+}
+
 fn not_a_store(path: &Path, reason: impl Into<String>) -> Error {
     Error::NotAStore {
         path: path.into(),
@@ -290,6 +308,10 @@ impl Store {
                     .connect(),
             )
             .map_err(|e| not_a_store(path, format!("cannot open it as SQLite: {e}")))?;
+        rt.block_on(schema_text_is_utf8(&mut conn))
+            .map_err(|e| not_a_store(path, format!("cannot read its schema: {e}")))?
+            .then_some(())
+            .ok_or_else(|| not_a_store(path, SCHEMA_NOT_UTF8))?;
         let format: Option<String> = rt
             .block_on(
                 sqlx::query_scalar("SELECT value FROM meta WHERE key = 'format'")
@@ -422,12 +444,24 @@ impl Store {
 
     /// The whole string table (unique texts only, so it stays small).
     pub fn strings(&mut self) -> Result<Strings> {
+        // The writer numbers strings 1, 2, 3, ... in order; anything else is a corrupt file,
+        // refused rather than trusted (an id taken as an index could be anything).
         let mut values = Vec::new();
+        let mut bad = None;
         self.scan("SELECT id, value FROM strings ORDER BY id", |st| {
-            let id = st.col_i64(0) as usize;
-            values.resize(id.max(values.len()), String::new());
-            values[id - 1] = st.col_text(1).unwrap_or("").to_string();
+            let id = st.col_i64(0);
+            if bad.is_none() && id == values.len() as i64 + 1 {
+                values.push(st.col_text(1).unwrap_or("").to_string());
+            } else {
+                bad.get_or_insert(id);
+            }
         })?;
+        if let Some(id) = bad {
+            return Err(not_a_store(
+                &self.path,
+                format!("its string table is corrupt (id {id} out of sequence)"),
+            ));
+        }
         Ok(Strings { values })
     }
 

@@ -60,6 +60,12 @@ impl<'p> Source<'p> {
                     .connect(),
             )
             .map_err(|e| ImportError::format(path, format!("cannot open as SQLite: {e}")))?;
+        let utf8 = rt
+            .block_on(fuseprof_store::schema_text_is_utf8(&mut conn))
+            .map_err(|e| ImportError::format(path, format!("not a readable SQLite file: {e}")))?;
+        if !utf8 {
+            return Err(ImportError::format(path, fuseprof_store::SCHEMA_NOT_UTF8));
+        }
         let names: Vec<String> = rt
             .block_on(
                 sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'table'")
