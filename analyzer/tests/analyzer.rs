@@ -1026,3 +1026,24 @@ fn step_walls_come_from_the_step_ranges_alone() {
         assert_eq!(light, None);
     }
 }
+
+/// The store fuzz target's corpus and every input that once crashed it (fuzz/corpus/store,
+/// fuzz/regressions/store): analyze answers each with a result or an error, never a panic.
+#[test]
+fn store_fuzz_corpus() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz");
+    let mut n = 0;
+    for kind in ["corpus", "regressions"] {
+        let Ok(rd) = std::fs::read_dir(root.join(kind).join("store")) else {
+            continue;
+        };
+        for f in rd.flatten().map(|e| e.path()) {
+            let dir = tempfile::tempdir().unwrap();
+            let p = dir.path().join("run.sqlite");
+            std::fs::copy(&f, &p).unwrap();
+            let _ = analyze_path(&p);
+            n += 1;
+        }
+    }
+    assert!(n > 0, "no store corpus");
+}

@@ -1,0 +1,75 @@
+//! The fuzz targets' corpora and every input that once crashed them (fuzz/corpus/TARGET,
+//! fuzz/regressions/TARGET), run through the importers and the spool ingest as the targets run
+//! them (fuzz/src/lib.rs): no panic, and an accepted input makes a run that opens again.
+
+use std::path::{Path, PathBuf};
+
+use fuseprof_collector::collect::ingest_spool_dir;
+use fuseprof_collector::import::{import, Format, ImportOptions};
+
+fn inputs(target: &str) -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz");
+    let mut files: Vec<PathBuf> = ["corpus", "regressions"]
+        .iter()
+        .flat_map(|kind| {
+            std::fs::read_dir(root.join(kind).join(target))
+                .into_iter()
+                .flatten()
+        })
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    files
+}
+
+fn reopen(out: &Path) {
+    let mut store = fuseprof_store::Store::open(out).expect("an accepted input makes a valid run");
+    store.info().expect("its counts read back");
+}
+
+fn run_imports(target: &str, format: Format) {
+    let files = inputs(target);
+    assert!(!files.is_empty(), "no {target} corpus");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run.sqlite");
+    for f in files {
+        let opts = ImportOptions {
+            overwrite: true,
+            format: Some(format),
+            progress: None,
+        };
+        if import(&f, &out, &opts).is_ok() {
+            reopen(&out);
+        }
+    }
+}
+
+#[test]
+fn kineto_corpus() {
+    run_imports("kineto", Format::Kineto);
+}
+
+#[test]
+fn nsys_corpus() {
+    run_imports("nsys", Format::Nsys);
+}
+
+#[test]
+fn spool_corpus() {
+    let files = inputs("spool");
+    assert!(!files.is_empty(), "no spool corpus");
+    let dir = tempfile::tempdir().unwrap();
+    for f in files {
+        let spool = dir.path().join("spool");
+        let _ = std::fs::remove_dir_all(&spool);
+        std::fs::create_dir_all(&spool).unwrap();
+        std::fs::copy(&f, spool.join("fuseprof-4242-1.spool")).unwrap();
+        let out = dir.path().join("run.sqlite");
+        let _ = std::fs::remove_file(&out);
+        if ingest_spool_dir(&spool, &out).is_ok() {
+            reopen(&out);
+        }
+    }
+}
