@@ -105,10 +105,12 @@ impl Names {
                 .map_or("", |s| s.as_str())
         }
     }
-    /// An id for `text`, reusing the store's id when `same_as` already spells it.
+    /// An id for `text`, reusing the store's id when `same_as` already spells it. An id that is
+    /// not the store's (a corrupt file's reference past its string table) is never reused:
+    /// every id handed out stays below `id_bound`.
     pub fn intern(&mut self, text: &str, same_as: Option<u32>) -> u32 {
         if let Some(id) = same_as {
-            if self.get(id) == text {
+            if id != NONE && id <= self.base_len && self.get(id) == text {
                 return id;
             }
         }
