@@ -391,7 +391,6 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
             first_patch = patch;
         }
     }
-    progress.finish();
     let failed = results.iter().find(|r| !r.numerics_passed);
     let report = ModelBenchReport {
         command: command_text,

@@ -1,13 +1,14 @@
-//! A one-line progress bar on stderr for long runs, drawn only when stderr is a terminal (so
-//! nothing reaches a pipe or a log file).
+//! Progress of `bench -- CMD` on stderr, only when stderr is a terminal (nothing reaches a pipe
+//! or a log file): one line per step, with a bar, since the benchmarked program prints to the
+//! same terminal between the steps and a line redrawn in place would mix with its output.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::sync::Mutex;
 
 pub struct Progress {
     total: u64,
     unit: &'static str,
-    state: Mutex<(u64, String)>,
+    done: Mutex<u64>,
     on: bool,
 }
 
@@ -16,44 +17,35 @@ impl Progress {
         Progress {
             total,
             unit,
-            state: Mutex::new((0, String::new())),
+            done: Mutex::new(0),
             on: std::io::stderr().is_terminal(),
         }
     }
 
+    /// Starts a step: prints the bar of the steps done so far and what runs now.
     pub fn set_message(&self, message: String) {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        s.1 = message;
-        self.draw(&s);
+        let done = *self.done.lock().unwrap_or_else(|e| e.into_inner());
+        self.draw(done, &message);
     }
 
+    /// Counts steps done; the next message shows them.
     pub fn inc(&self, n: u64) {
-        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        s.0 = (s.0 + n).min(self.total);
-        self.draw(&s);
+        let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());
+        *done = (*done + n).min(self.total);
     }
 
-    /// Clears the line.
-    pub fn finish(&self) {
-        if self.on {
-            eprint!("\r\x1b[2K");
-            let _ = std::io::stderr().flush();
-        }
-    }
-
-    fn draw(&self, (done, message): &(u64, String)) {
+    fn draw(&self, done: u64, message: &str) {
         if !self.on {
             return;
         }
         const WIDTH: u64 = 24;
         let filled = (done * WIDTH).checked_div(self.total).unwrap_or(0) as usize;
-        eprint!(
-            "\r\x1b[2K[{}{}] {done}/{} {} {message}",
+        eprintln!(
+            "[{}{}] {done}/{} {} {message}",
             "#".repeat(filled),
             "-".repeat(WIDTH as usize - filled),
             self.total,
             self.unit
         );
-        let _ = std::io::stderr().flush();
     }
 }
