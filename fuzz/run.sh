@@ -2,6 +2,9 @@
 # Runs the fuzz targets (fuzz/fuzz_targets) for SECONDS each (default 60), one after another,
 # from a scratch copy of the committed corpora; crashes land in fuzz/artifacts/TARGET and make
 # the script exit 1. Needs a nightly toolchain; installs cargo-fuzz from crates.io if missing.
+# With FUZZ_RUNS=N each target instead runs N inputs from a fixed seed, which is what CI runs:
+# the mutations then follow the same sequence from the same corpus on every machine (coverage
+# feedback that depends on timing can still vary a little).
 #
 #   bash fuzz/run.sh [SECONDS] [TARGET ...]
 set -euo pipefail
@@ -20,8 +23,14 @@ failed=0
 for t in "${targets[@]}"; do
   work=fuzz/corpus-work/$t
   rm -rf "$work" && mkdir -p "$work" && cp fuzz/corpus/"$t"/* "$work"/
-  echo "fuzz: $t for $secs s"
-  if ! cargo +nightly fuzz run -O "$t" "$work" -- -max_total_time="$secs" \
+  if [ -n "${FUZZ_RUNS:-}" ]; then
+    budget=(-runs="$FUZZ_RUNS" -seed=1)
+    echo "fuzz: $t for $FUZZ_RUNS inputs from seed 1"
+  else
+    budget=(-max_total_time="$secs")
+    echo "fuzz: $t for $secs s"
+  fi
+  if ! cargo +nightly fuzz run -O "$t" "$work" -- "${budget[@]}" \
       -max_len="${max_len[$t]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
       > "fuzz/corpus-work/$t.log" 2>&1; then
     failed=1
