@@ -121,10 +121,18 @@ def passed(err):
     return err == err and err <= TOLERANCE
 
 
-def _left_alone(why, name):
-    names = _report["left_alone"].setdefault(why, [])
+def _note(section, key, name):
+    """Adds name to the report's list section[key], once."""
+    names = _report[section].setdefault(key, [])
     if name not in names:
         names.append(name)
+
+
+def _left_alone(why, name):
+    _note("left_alone", why, name)
+
+
+TANH_GELU = "exact GELU computed in its tanh form (cuBLASLt GELU epilogue)"
 
 
 def _inference_input(module, x):
@@ -145,7 +153,8 @@ def _inference_input(module, x):
 def _patch_forward(cls, fusable, fused, patterns):
     """Replaces `cls.forward` by one that runs `fused` where `fusable` allows (for the patterns
     applied), checks each instance's first fused call against the original, and runs the
-    original otherwise. fusable(module, *args, **kwargs) -> reason or None."""
+    original otherwise. fusable(module, *args, **kwargs) -> a reason (reported), "" (not a
+    candidate, not reported) or None (fusable)."""
     if getattr(cls, "_fuseprof_patched", False):
         return
     original = cls.forward
@@ -157,13 +166,13 @@ def _patch_forward(cls, fusable, fused, patterns):
             return original(self, *args, **kwargs)
         name = getattr(self, "_fuseprof_name", cls.__name__)
         why = fusable(self, *args, **kwargs)
+        if why == "":  # not a candidate at all (nothing to replace): not reported
+            return original(self, *args, **kwargs)
         if why is not None:
             _left_alone(why, name)
             return original(self, *args, **kwargs)
         for p in applied:
-            classes = _report["patched"].setdefault(p, [])
-            if where not in classes:
-                classes.append(where)
+            _note("patched", p, where)
         if name not in _report["modules"] and not torch.compiler.is_compiling() and \
                 not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
             ref = original(self, *args, **kwargs)
@@ -202,11 +211,7 @@ def _gelu_fc1(mlp_fc1, act, x, where):
     """fc1 + GELU, through the GELU epilogue when gemm_gelu applies."""
     if "gemm_gelu" in _apply and isinstance(act, torch.nn.GELU) and mlp_fc1.bias is not None:
         if act.approximate == "none":
-            _report["approximations"].setdefault(
-                "exact GELU computed in its tanh form (cuBLASLt GELU epilogue)", [])
-            names = _report["approximations"]["exact GELU computed in its tanh form (cuBLASLt GELU epilogue)"]
-            if where not in names:
-                names.append(where)
+            _note("approximations", TANH_GELU, where)
         return torch.ops.fuseprof.linear_gelu_tanh(x, mlp_fc1.weight, mlp_fc1.bias)
     return act(mlp_fc1(x))
 
@@ -413,11 +418,7 @@ def _bert_intermediate_fusable(mod, hidden_states, *args, **kwargs):
 
 
 def _bert_intermediate_fused(mod, hidden_states):
-    where = getattr(mod, "_fuseprof_name", "BertIntermediate")
-    _report["approximations"].setdefault("exact GELU computed in its tanh form (cuBLASLt GELU epilogue)", [])
-    names = _report["approximations"]["exact GELU computed in its tanh form (cuBLASLt GELU epilogue)"]
-    if where not in names:
-        names.append(where)
+    _note("approximations", TANH_GELU, getattr(mod, "_fuseprof_name", "BertIntermediate"))
     return torch.ops.fuseprof.linear_gelu_tanh(hidden_states, mod.dense.weight, mod.dense.bias)
 
 
@@ -465,34 +466,7 @@ def _linear(lin, x):
 
 
 def _patch_linear():
-    if getattr(torch.nn.Linear, "_fuseprof_patched", False):
-        return
-    original = torch.nn.Linear.forward
-
-    def forward(self, x):
-        if not _enabled or "gemm_padded" not in _apply:
-            return original(self, x)
-        why = _linear_fusable(self, x)
-        if why == "":
-            return original(self, x)
-        name = getattr(self, "_fuseprof_name", "nn.Linear")
-        if why is not None:
-            _left_alone(why, name)
-            return original(self, x)
-        classes = _report["patched"].setdefault("gemm_padded", [])
-        if "torch.nn.Linear" not in classes:
-            classes.append("torch.nn.Linear")
-        if name not in _report["modules"] and not torch.compiler.is_compiling() and \
-                not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
-            ref = original(self, x)
-            out = _linear(self, x)
-            err = rel_err(out, ref)
-            _report["modules"][name] = {"class": "Linear", "rel_error": err, "passed": passed(err)}
-            return out
-        return _linear(self, x)
-
-    torch.nn.Linear.forward = forward
-    torch.nn.Linear._fuseprof_patched = True
+    _patch_forward(torch.nn.Linear, _linear_fusable, _linear, ("gemm_padded",))
 
 
 # ---- timm's PatchEmbed: a convolution whose kernel equals its stride is a GEMM ---------------
