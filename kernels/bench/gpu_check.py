@@ -5,6 +5,7 @@
     python3 kernels/bench/gpu_check.py --mode race      # small shapes without the cuBLASLt GEMMs
     python3 kernels/bench/gpu_check.py --mode bench     # ours vs eager / torch.compile / SDPA, same run
     python3 kernels/bench/gpu_check.py --mode attn      # ViT / BERT attention: ours and SDPA, interleaved
+    python3 kernels/bench/gpu_check.py --mode mlp       # the fused LN + MLP alone: its checks, then its rows
 
 Correctness: fresh random inputs per check, outputs poisoned with NaN before each run, compared
 with a float64 reference (relative Frobenius error < 1e-2, NaN never); in --mode check each
@@ -270,6 +271,49 @@ def check_elementwise(dtype, small):
     guarded("pad", run_pad)
 
 
+def mlp_ref(x, gamma, beta, w1, b1, w2, b2, eps=1e-5):
+    """LayerNorm and the unfused MLP + residual in float64, LayerNorm's output and the hidden
+    activations rounded to the element type as the kernel (and PyTorch's chain) round them."""
+    xd = x.double()
+    xn = F.layer_norm(xd, (x.shape[-1],), gamma.double(), beta.double(), eps).to(x.dtype).double()
+    h = gelu_erf(xn @ w1.double().t() + b1.double()).to(x.dtype).double()
+    return xd + h @ w2.double().t() + b2.double()
+
+
+def mlp_inputs(rows, c, hid, dtype):
+    x = torch.randn(rows, c, device=DEV, dtype=dtype)
+    gamma = 1 + 0.1 * torch.randn(c, device=DEV, dtype=dtype)
+    beta = 0.1 * torch.randn(c, device=DEV, dtype=dtype)
+    w1 = (torch.randn(hid, c, device=DEV) * c ** -0.5).to(dtype)
+    b1 = torch.randn(hid, device=DEV, dtype=dtype) * 0.1
+    w2 = (torch.randn(c, hid, device=DEV) * hid ** -0.5).to(dtype)
+    b2 = torch.randn(c, device=DEV, dtype=dtype) * 0.1
+    return x, gamma, beta, w1, b1, w2, b2
+
+
+def check_mlp(dtype, small):
+    # C = 96 with hidden 384 runs the resident kernel (where the GPU has the shared memory),
+    # every other shape the streaming one
+    shapes = [(1, 96, 384), (1000, 96, 384), (1000, 96, 768), (333, 128, 512), (300, 192, 768), (129, 192, 64)]
+    if not small:
+        shapes += [(200704, 96, 384), (50176, 192, 768)]
+    for rows, c, hid in shapes:
+        name = f"LN + MLP + residual {rows}x{c} hidden {hid}"
+
+        def run():
+            args = mlp_inputs(rows, c, hid, dtype)
+            ref = mlp_ref(*args)
+            out = fk.ln_mlp_residual(*args, out=poisoned(rows, c, dtype=dtype))
+            torch.cuda.synchronize()
+            record(name, dtype, out, ref)
+            if rows <= 1000:  # in place: out = x
+                x2 = args[0].clone()
+                fk.ln_mlp_residual(x2, *args[1:], out=x2)
+                torch.cuda.synchronize()
+                record(name + " in place", dtype, x2, ref)
+        guarded(name, run)
+
+
 def check_gemm(dtype, small):
     def linear_n49():
         X = torch.randn(2000, 96, device=DEV, dtype=dtype)
@@ -349,6 +393,7 @@ def run_checks(small, gemm=True, json_name=None):
             continue
         check_window_ops(dtype, small)
         check_elementwise(dtype, small)
+        check_mlp(dtype, small)
         if gemm:
             check_gemm(dtype, small)
     n_ok = sum(c["ok"] for c in CHECKS)
@@ -685,6 +730,8 @@ def bench_all():
             bench_ms(lambda: fk.gemm(Xr, Wr, "nk", bias=br, residual=rr, epilogue="bias_residual")),
             bench_ms(f_r), try_ms(compiled(f_r)), None, None, 2 * M * N * K, note="cuBLASLt bias epilogue, beta=1")
 
+    bench_mlp(h)
+
     # 6. bias + residual
     x = torch.randn(64 * 3136, 96, device=DEV, dtype=h)
     r = torch.randn_like(x)
@@ -698,6 +745,25 @@ def bench_all():
     row("bias+residual", "[8192,768]", bench_ms(lambda: fk.bias_residual(x, bb, r)), bench_ms(lambda: x + bb + r),
         None, None, 3 * x.numel() * 2, None, copy_gbps)
     return ceil
+
+
+def bench_mlp(h):
+    """The second half of a Swin-T block (norm2, MLP, residual) at its first two stages (batch 64):
+    the fused kernel against the unfused chain on our own kernels (LayerNorm by PyTorch, cuBLASLt
+    bias epilogue, erf-GELU pass, bias + residual epilogue), PyTorch eager and torch.compile."""
+    for label, M, C in (("Swin-T s1", 200704, 96), ("Swin-T s2", 50176, 192)):
+        hid = 4 * C
+        x, gamma, beta, w1, b1, w2, b2 = mlp_inputs(M, C, hid, h)
+        f_e = lambda: x + F.linear(F.gelu(F.linear(F.layer_norm(x, (C,), gamma, beta), w1, b1)), w2, b2)
+
+        def unfused():
+            xn = F.layer_norm(x, (C,), gamma, beta)
+            hdn = fk.gemm(xn, w1, "nk", bias=b1, epilogue="bias_gelu")
+            return fk.gemm(hdn, w2, "nk", bias=b2, residual=x, epilogue="bias_residual")
+        row(f"LN+MLP+residual {label}", f"{M}x{C} hidden {hid}",
+            bench_ms(lambda: fk.ln_mlp_residual(x, gamma, beta, w1, b1, w2, b2)), bench_ms(f_e), try_ms(compiled(f_e)),
+            None, 2 * M * C * 2, 4 * M * C * hid, note="eager = layer_norm, fc1, GELU, fc2, add",
+            extra=dict(ours_unfused_us=bench_ms(unfused) * 1e3))
 
 
 def device_info():
@@ -734,7 +800,7 @@ def write_md(info, ceil):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mode", choices=["check", "small", "race", "bench", "attn"], default="check",
+    ap.add_argument("--mode", choices=["check", "small", "race", "bench", "attn", "mlp"], default="check",
                     help="race = small shapes without the cuBLASLt GEMMs (racecheck cannot run cuBLASLt's "
                          "Hopper kernels: 'failed to handle a hardware exception')")
     ap.add_argument("--json", help="file name in $OUT for the checks' results (default check.json, "
@@ -745,6 +811,13 @@ def main():
     if args.mode == "attn":  # compiles only what it runs
         attn_rounds()
         return
+    if args.mode == "mlp":
+        for dtype in (torch.float16, torch.bfloat16):
+            check_mlp(dtype, False)
+        print(f"CHECKS: {sum(c['ok'] for c in CHECKS)}/{len(CHECKS)} passed", flush=True)
+        bench_mlp(torch.float16)
+        json.dump(dict(checks=CHECKS, rows=BENCH), open(os.path.join(OUT, "mlp.json"), "w"), indent=1)
+        sys.exit(0 if all(c["ok"] for c in CHECKS) else 1)
     try:
         fk.precompile_all()
         print("precompile: all kernel variants compiled", flush=True)

@@ -51,6 +51,7 @@ _SIGS = {
                                     _I64, _F32, _VP],
     "fpk_bias_residual": [_I32, _U64, _U64, _U64, _U64, _I64, _I64, _VP],
     "fpk_bias_act": [_I32, _U64, _U64, _U64, _I64, _I64, _I32, _VP],
+    "fpk_ln_mlp_residual": [_I32, _U64, _U64, _U64, _F32, _U64, _U64, _U64, _U64, _U64, _I64, _I64, _I64, _VP],
     "fpk_pad": [_I32, _U64, _U64, _I64, _I64, _I64, _I64, _I64, _I64, _I64, _VP],
     "fpk_gemm": [_I32, _I64, _I64, _I64, _I64, _U64, _I64, _I64, _U64, _I64, _I64, _I32, _U64, _U64, _U64,
                  _I64, _I64, _I32, _VP],
@@ -203,6 +204,20 @@ def bias_residual(x, bias, res, out=None):
     if out is None:
         out = torch.empty_like(x)
     _check(lib().fpk_bias_residual(dt, _ptr(x), _ptr(bias), _ptr(res), _ptr(out), rows, cols, _stream()))
+    return out
+
+
+def ln_mlp_residual(x, gamma, beta, w1, b1, w2, b2, eps=1e-5, out=None):
+    """out = x + gelu_erf(layer_norm(x) w1^T + b1) w2^T + b2 in one kernel (the hidden tensor stays on
+    chip). x: [..., C] with C in 96, 128, 192; w1 [H, C], w2 [C, H] (nn.Linear weights), H a multiple of 64;
+    out may be x."""
+    dt = _dt(x)
+    width, hidden = x.shape[-1], w1.shape[0]
+    rows = x.numel() // width
+    if out is None:
+        out = torch.empty_like(x)
+    _check(lib().fpk_ln_mlp_residual(dt, _ptr(x), _ptr(gamma), _ptr(beta), float(eps), _ptr(w1), _ptr(b1), _ptr(w2),
+                                     _ptr(b2), _ptr(out), rows, width, hidden, _stream()))
     return out
 
 

@@ -19,6 +19,7 @@ use crate::elementwise::{
 };
 use crate::error::{invalid, Error, Result};
 use crate::gemm::{launch_gemm, BLayout, Epilogue, GemmBuffers, GemmParams};
+use crate::mlp::{launch_ln_mlp_residual, MlpBuffers, MlpShape};
 use crate::runtime::{DevPtr, Gpu, RawStream};
 use crate::window::{
     launch_ln_shift_partition, launch_window_reverse_residual, LnShiftPartitionBuffers,
@@ -394,6 +395,53 @@ pub unsafe extern "C" fn fpk_bias_residual(
                 out,
                 RawStream(stream),
             )
+        }
+    })
+}
+
+/// `out = x + gelu_erf(LayerNorm(x) w1^T + b1) w2^T + b2`, one kernel; see [`crate::mlp`].
+/// `out` may be `x`.
+///
+/// # Safety
+/// `x`, `out` hold `rows * width` elements, `gamma`, `beta`, `b2` `width`, `w1`
+/// `hidden * width`, `b1` `hidden`, `w2` `width * hidden`.
+#[no_mangle]
+pub unsafe extern "C" fn fpk_ln_mlp_residual(
+    dtype: i32,
+    x: DevPtr,
+    gamma: DevPtr,
+    beta: DevPtr,
+    eps: f32,
+    w1: DevPtr,
+    b1: DevPtr,
+    w2: DevPtr,
+    b2: DevPtr,
+    out: DevPtr,
+    rows: i64,
+    width: i64,
+    hidden: i64,
+    stream: *mut c_void,
+) -> i32 {
+    guard(|| {
+        let dtype = DType::from_code(dtype)?;
+        let shape = MlpShape {
+            rows: usize_arg("rows", rows)?,
+            width: usize_arg("width", width)?,
+            hidden: usize_arg("hidden", hidden)?,
+        };
+        let bufs = MlpBuffers {
+            x: ptr_arg("x", x)?,
+            gamma: ptr_arg("gamma", gamma)?,
+            beta: ptr_arg("beta", beta)?,
+            w1: ptr_arg("w1", w1)?,
+            b1: ptr_arg("b1", b1)?,
+            w2: ptr_arg("w2", w2)?,
+            b2: ptr_arg("b2", b2)?,
+            out: ptr_arg("out", out)?,
+        };
+        // SAFETY: extents are the caller's contract.
+        unsafe {
+            launch_ln_mlp_residual(Gpu::global()?, dtype, &shape, eps, &bufs, RawStream(stream))
         }
     })
 }

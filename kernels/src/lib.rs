@@ -9,6 +9,8 @@
 //! * [`gemm`]: GEMMs on operands padded to multiples of 8 through cuBLASLt, with bias, bias +
 //!   exact GELU and bias + residual epilogues.
 //! * [`elementwise`]: 16-byte bias + residual add, bias + GELU, zero-padding copies.
+//! * [`mlp`]: a transformer MLP (fc1, exact GELU, fc2, bias and residual) in one kernel, its
+//!   hidden tensor kept on chip.
 //!
 //! Each kernel family is a `.cu` file under `src/cu/` ([`sources`]) compiled at run time with
 //! NVRTC (through cudarc, loaded dynamically), so this crate builds and its host code is tested
@@ -57,6 +59,7 @@ pub mod elementwise;
 pub mod error;
 pub mod ffi;
 pub mod gemm;
+pub mod mlp;
 pub mod runtime;
 pub mod sources;
 pub mod window;
@@ -66,13 +69,14 @@ pub use error::{Error, Result};
 pub use runtime::{DevPtr, Gpu, LaunchConfig, RawStream, Source};
 
 /// Every kernel source of the crate, as its family declares it.
-pub fn all_sources() -> [Source; 5] {
+pub fn all_sources() -> [Source; 6] {
     [
         attention::short::SOURCE,
         attention::long::SOURCE,
         attention::sm90::SOURCE,
         window::SOURCE,
         elementwise::SOURCE,
+        mlp::SOURCE,
     ]
 }
 

@@ -13,6 +13,8 @@ pub const FMHA_SM90: &str = include_str!("cu/fmha_sm90.cu");
 pub const WINDOW: &str = include_str!("cu/window.cu");
 /// `elementwise.cu`: bias + residual, bias + GELU, the zero-padding copy.
 pub const ELEMENTWISE: &str = include_str!("cu/elementwise.cu");
+/// `mlp.cu`: `mlp_gelu_residual`, the MLP with its hidden tensor kept on chip.
+pub const MLP: &str = include_str!("cu/mlp.cu");
 
 /// The headers, by the name a source's `#include "NAME"` gives.
 pub const HEADERS: [(&str, &str); 6] = [
@@ -45,6 +47,7 @@ mod tests {
                 "fmha_sm90.cu",
                 "window.cu",
                 "elementwise.cu",
+                "mlp.cu",
             ])
             .collect();
         for entry in std::fs::read_dir(&dir).unwrap() {

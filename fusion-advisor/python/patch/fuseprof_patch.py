@@ -19,6 +19,10 @@ CUDA); anything else runs the original code and is reported with the reason:
                     query, key and value weights concatenated once into one projection).
   gemm_residual     fc2 + bias + residual (Swin, ViT), BERT's output projections + residual
                     (before their LayerNorm): one cuBLASLt epilogue.
+  fused_mlp         timm SwinTransformerBlock's second half: norm2 (LayerNorm), fc1 + bias, exact
+                    GELU, fc2 + bias + residual in one kernel, the [tokens, 4C] hidden tensor kept
+                    on chip (widths 96, 128, 192: Swin's first two stages; wider blocks keep the
+                    GEMMs).
   gemm_gelu         fc1 + bias + GELU: cuBLASLt's GELU epilogue, which computes GELU's tanh form.
                     Exact (erf) GELU is replaced by it as an approximation (|difference| at most
                     about 5e-4 per element), listed under "approximations" in the report and
@@ -52,7 +56,7 @@ from torch.utils import _pytree as pytree
 
 import fuseprof_patch_ops as ops
 
-PATTERNS = ("window_partition", "window_attention", "window_reverse", "full_attention", "gemm_residual",
+PATTERNS = ("window_partition", "window_attention", "window_reverse", "full_attention", "fused_mlp", "gemm_residual",
             "gemm_gelu", "gemm_padded", "patch_embed")
 # ||patched - original|| / ||original|| a module or model may reach (fp16/bf16 chains).
 TOLERANCE = 1e-2
@@ -255,6 +259,30 @@ def _swin_add(block, dtype):
     return _buffer(block, "_fuseprof_add", make, lambda: (dtype, attn.relative_position_bias_table.data_ptr()))
 
 
+# Widths mlp.cu is built for, and the hidden chunk its width must be a multiple of.
+MLP_WIDTHS = (96, 128, 192)
+MLP_HIDDEN_CHUNK = 64
+
+
+def _mlp_fusable(mlp, c):
+    """True when timm's Mlp is fc1 -> exact GELU -> fc2 with biases, at a width the fused MLP
+    kernel is built for (its dropouts are identities in inference)."""
+    act = getattr(mlp, "act", None)
+    fc1, fc2 = getattr(mlp, "fc1", None), getattr(mlp, "fc2", None)
+    return (isinstance(act, torch.nn.GELU) and act.approximate == "none"
+            and isinstance(fc1, torch.nn.Linear) and isinstance(fc2, torch.nn.Linear)
+            and fc1.bias is not None and fc2.bias is not None
+            and c in MLP_WIDTHS and fc1.in_features == c and fc2.out_features == c
+            and fc1.out_features % MLP_HIDDEN_CHUNK == 0
+            and isinstance(getattr(mlp, "norm", torch.nn.Identity()), torch.nn.Identity))
+
+
+def _affine_layer_norm(norm, c):
+    """True when norm is nn.LayerNorm over the last dimension c, with its scale and shift."""
+    return (isinstance(norm, torch.nn.LayerNorm) and tuple(norm.normalized_shape) == (c,)
+            and norm.weight is not None and norm.bias is not None)
+
+
 def _swin_block_fused(block, x):
     b, h, w, c = x.shape
     ws, shift = block.window_size[0], block.shift_size[0]
@@ -273,15 +301,22 @@ def _swin_block_fused(block, x):
         a = F.linear(a, attn.proj.weight, attn.proj.bias).view(-1, n, c)
     else:
         a = attn(windows, mask=block.attn_mask)
+    mlp, norm2 = block.mlp, block.norm2
+    fuse_mlp = "fused_mlp" in _apply and _mlp_fusable(mlp, c) and _affine_layer_norm(norm2, c)
     if "window_reverse" in _apply:
-        x, x_ln = torch.ops.fuseprof.window_reverse_residual(a, x, ws, shift, block.norm2.weight, block.norm2.bias,
-                                                             block.norm2.eps)
+        if fuse_mlp:  # the fused MLP normalises its input itself
+            x = torch.ops.fuseprof.window_reverse_add(a, x, ws, shift)
+        else:
+            x, x_ln = torch.ops.fuseprof.window_reverse_residual(a, x, ws, shift, norm2.weight, norm2.bias, norm2.eps)
     else:
         y = ops.reverse(a, ws, b, h, w)
         y = torch.roll(y, shifts=(shift, shift), dims=(1, 2)) if shift else y
         x = x + y
-        x_ln = block.norm2(x)
-    mlp = block.mlp
+        x_ln = None if fuse_mlp else norm2(x)
+    if fuse_mlp:
+        y = torch.ops.fuseprof.ln_mlp_residual(x.reshape(b, h * w, c), norm2.weight, norm2.bias, float(norm2.eps),
+                                               mlp.fc1.weight, mlp.fc1.bias, mlp.fc2.weight, mlp.fc2.bias)
+        return y.reshape(b, h, w, c)
     hidden = _gelu_fc1(mlp.fc1, mlp.act, x_ln.reshape(b, h * w, c), getattr(block, "_fuseprof_name", "Swin"))
     if "gemm_residual" in _apply:
         y = torch.ops.fuseprof.linear_residual(hidden, mlp.fc2.weight, mlp.fc2.bias, x.reshape(b, h * w, c))
@@ -600,7 +635,7 @@ def _patch_timm(timm):
         _report["ops_note"] = ops.DISPATCH_NOTE
     for module, cls, fusable, fused, patterns in (
         ("timm.models.swin_transformer", "SwinTransformerBlock", _swin_fusable, _swin_block_fused,
-         ("window_partition", "window_attention", "window_reverse", "gemm_residual", "gemm_gelu")),
+         ("window_partition", "window_attention", "window_reverse", "fused_mlp", "gemm_residual", "gemm_gelu")),
         ("timm.models.vision_transformer", "Block", _vit_fusable, _vit_block_fused,
          ("full_attention", "gemm_residual", "gemm_gelu")),
     ):

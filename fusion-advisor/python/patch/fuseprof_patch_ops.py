@@ -24,6 +24,9 @@ SCHEMAS = {
     "linear_residual": "(Tensor x, Tensor weight, Tensor bias, Tensor residual) -> Tensor",
     "linear_gelu_tanh": "(Tensor x, Tensor weight, Tensor bias) -> Tensor",
     "linear": "(Tensor x, Tensor weight_padded, Tensor? bias, int n) -> Tensor",
+    "window_reverse_add": "(Tensor windows, Tensor shortcut, int window, int shift) -> Tensor",
+    "ln_mlp_residual": "(Tensor x, Tensor gamma, Tensor beta, float eps, Tensor w1, Tensor b1, Tensor w2, Tensor b2) "
+                       "-> Tensor",
 }
 
 # "C++" or "Python (ctypes)": how the CUDA implementations are dispatched in this process;
@@ -136,6 +139,21 @@ def ref_linear(x, weight_padded, bias, n):
     return y if y.shape[-1] == n else y[..., :n].contiguous()
 
 
+def ref_window_reverse_add(windows, shortcut, window, shift):
+    _count("window_reverse_add")
+    b, h, w, c = shortcut.shape
+    y = reverse(windows, window, b, h, w)
+    if shift:
+        y = torch.roll(y, shifts=(shift, shift), dims=(1, 2))
+    return shortcut + y
+
+
+def ref_ln_mlp_residual(x, gamma, beta, eps, w1, b1, w2, b2):
+    _count("ln_mlp_residual")
+    xn = F.layer_norm(x, (x.shape[-1],), gamma, beta, eps)
+    return x + F.linear(F.gelu(F.linear(xn, w1, b1)), w2, b2)
+
+
 REFERENCES = {
     "ln_shift_partition": ref_ln_shift_partition,
     "window_attention": ref_window_attention,
@@ -144,6 +162,8 @@ REFERENCES = {
     "linear_residual": ref_linear_residual,
     "linear_gelu_tanh": ref_linear_gelu_tanh,
     "linear": ref_linear,
+    "window_reverse_add": ref_window_reverse_add,
+    "ln_mlp_residual": ref_ln_mlp_residual,
 }
 
 
@@ -172,6 +192,8 @@ FAKES = {
     "linear_residual": _fake_linear,
     "linear_gelu_tanh": _fake_linear,
     "linear": lambda x, weight_padded, bias, n: x.new_empty(*x.shape[:-1], n),
+    "window_reverse_add": lambda windows, shortcut, window, shift: torch.empty_like(shortcut),
+    "ln_mlp_residual": lambda x, gamma, beta, eps, w1, b1, w2, b2: torch.empty_like(x),
 }
 
 
@@ -219,6 +241,11 @@ CUDA_PYTHON = {
     "linear_residual": lambda x, w, b, r: _flat_linear(x, w, b, r, "bias_residual"),
     "linear_gelu_tanh": lambda x, w, b: _flat_linear(x, w, b, None, "bias_gelu_tanh"),
     "linear": _cuda_linear,
+    "window_reverse_add": lambda windows, shortcut, window, shift: _fk().window_reverse_residual(
+        windows.contiguous(), shortcut.contiguous(), window, shift),
+    "ln_mlp_residual": lambda x, gamma, beta, eps, w1, b1, w2, b2: _fk().ln_mlp_residual(
+        x.contiguous(), gamma.contiguous(), beta.contiguous(), w1.contiguous(), b1.contiguous(), w2.contiguous(),
+        b2.contiguous(), eps=eps),
 }
 
 

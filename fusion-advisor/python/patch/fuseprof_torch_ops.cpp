@@ -1,6 +1,6 @@
 // The bundled kernels as PyTorch operators dispatched from C++: fuseprof::ln_shift_partition,
-// window_attention, attention, window_reverse_residual, linear_residual, linear_gelu_tanh and
-// linear, with CUDA implementations that call libfuseprof_kernels.so's C ABI (fpk_*) on
+// window_attention, attention, window_reverse_residual, window_reverse_add, linear_residual,
+// linear_gelu_tanh, linear and ln_mlp_residual, with CUDA implementations that call libfuseprof_kernels.so's C ABI (fpk_*) on
 // the current stream. No Python runs per call, so a patched model called op by op costs what
 // an aten op costs to dispatch, and CUDA graphs capture the launches.
 //
@@ -30,12 +30,15 @@ using FnWindowReverse = int32_t (*)(int32_t, u64, u64, u64, u64, u64, u64, int64
                                     int64_t, int64_t, float, void*);
 using FnGemm = int32_t (*)(int32_t, int64_t, int64_t, int64_t, int64_t, u64, int64_t, int64_t, u64, int64_t,
                            int64_t, int32_t, u64, u64, u64, int64_t, int64_t, int32_t, void*);
+using FnLnMlp = int32_t (*)(int32_t, u64, u64, u64, float, u64, u64, u64, u64, u64, int64_t, int64_t, int64_t,
+                            void*);
 using FnLastError = size_t (*)(char*, size_t);
 
 FnAttention g_attention = nullptr;
 FnLnShiftPartition g_ln_shift_partition = nullptr;
 FnWindowReverse g_window_reverse = nullptr;
 FnGemm g_gemm = nullptr;
+FnLnMlp g_ln_mlp = nullptr;
 FnLastError g_last_error = nullptr;
 
 // Epilogue codes of fpk_gemm (kernels/src/gemm.rs, Epilogue::from_code).
@@ -181,6 +184,35 @@ at::Tensor linear(const at::Tensor& x_, const at::Tensor& weight_padded, const c
   return n == y.size(-1) ? y : y.narrow(-1, 0, n).contiguous();
 }
 
+// windows reversed, shifted back and added to the shortcut, without the LayerNorm output.
+at::Tensor window_reverse_add(const at::Tensor& windows_, const at::Tensor& shortcut_, int64_t window,
+                              int64_t shift) {
+  ready("window_reverse_add");
+  at::Tensor windows = windows_.contiguous(), shortcut = shortcut_.contiguous();
+  TORCH_CHECK(shortcut.dim() == 4, "fuseprof::window_reverse_add: shortcut must be [B, H, W, C]");
+  at::Tensor out = at::empty_like(shortcut);
+  check(g_window_reverse(dtype_code(windows), ptr(windows), ptr(shortcut), ptr(out), 0, 0, 0, shortcut.size(0),
+                         shortcut.size(1), shortcut.size(2), shortcut.size(3), window, shift, 0.f, stream(windows)),
+        "window_reverse_add");
+  return out;
+}
+
+// x + gelu_erf(layer_norm(x) @ w1^T + b1) @ w2^T + b2 in one kernel: [..., C] -> [..., C].
+at::Tensor ln_mlp_residual(const at::Tensor& x_, const at::Tensor& gamma_, const at::Tensor& beta_, double eps,
+                           const at::Tensor& w1_, const at::Tensor& b1_, const at::Tensor& w2_, const at::Tensor& b2_) {
+  ready("ln_mlp_residual");
+  at::Tensor x = x_.contiguous(), gamma = gamma_.contiguous(), beta = beta_.contiguous(), w1 = w1_.contiguous(),
+             b1 = b1_.contiguous(), w2 = w2_.contiguous(), b2 = b2_.contiguous();
+  int64_t c = x.size(-1), hid = w1.size(0), m = x.numel() / c;
+  TORCH_CHECK(w1.size(1) == c && w2.size(0) == c && w2.size(1) == hid && gamma.numel() == c && beta.numel() == c,
+              "fuseprof::ln_mlp_residual: shapes do not chain");
+  at::Tensor out = at::empty_like(x);
+  check(g_ln_mlp(dtype_code(x), ptr(x), ptr(gamma), ptr(beta), static_cast<float>(eps), ptr(w1), ptr(b1), ptr(w2),
+                 ptr(b2), ptr(out), m, c, hid, stream(x)),
+        "ln_mlp_residual");
+  return out;
+}
+
 }  // namespace
 
 extern "C" int fuseprof_ops_init(const char* kernels_lib) {
@@ -191,7 +223,8 @@ extern "C" int fuseprof_ops_init(const char* kernels_lib) {
   g_window_reverse = reinterpret_cast<FnWindowReverse>(dlsym(h, "fpk_window_reverse_residual"));
   g_last_error = reinterpret_cast<FnLastError>(dlsym(h, "fpk_last_error"));
   g_gemm = reinterpret_cast<FnGemm>(dlsym(h, "fpk_gemm"));
-  if (!g_attention || !g_ln_shift_partition || !g_window_reverse || !g_last_error || !g_gemm) {
+  g_ln_mlp = reinterpret_cast<FnLnMlp>(dlsym(h, "fpk_ln_mlp_residual"));
+  if (!g_attention || !g_ln_shift_partition || !g_window_reverse || !g_last_error || !g_gemm || !g_ln_mlp) {
     g_gemm = nullptr;
     return 2;
   }
@@ -208,6 +241,10 @@ TORCH_LIBRARY(fuseprof, m) {
   m.def("linear_residual(Tensor x, Tensor weight, Tensor bias, Tensor residual) -> Tensor");
   m.def("linear_gelu_tanh(Tensor x, Tensor weight, Tensor bias) -> Tensor");
   m.def("linear(Tensor x, Tensor weight_padded, Tensor? bias, int n) -> Tensor");
+  m.def("window_reverse_add(Tensor windows, Tensor shortcut, int window, int shift) -> Tensor");
+  m.def(
+      "ln_mlp_residual(Tensor x, Tensor gamma, Tensor beta, float eps, Tensor w1, Tensor b1, Tensor w2, Tensor b2) "
+      "-> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(fuseprof, CUDA, m) {
@@ -218,4 +255,6 @@ TORCH_LIBRARY_IMPL(fuseprof, CUDA, m) {
   m.impl("linear_residual", &linear_residual);
   m.impl("linear_gelu_tanh", &linear_gelu_tanh);
   m.impl("linear", &linear);
+  m.impl("window_reverse_add", &window_reverse_add);
+  m.impl("ln_mlp_residual", &ln_mlp_residual);
 }

@@ -61,6 +61,28 @@ class Operators(unittest.TestCase):
                    torch.randn(16))
         self.check(torch.ops.fuseprof.linear.default, torch.randn(5, 21), torch.randn(56, 24),
                    torch.randn(56), 49)
+        g96, b96 = torch.randn(96), torch.randn(96)
+        self.check(torch.ops.fuseprof.ln_mlp_residual.default, torch.randn(2, 5, 96), g96, b96, 1e-5,
+                   torch.randn(384, 96), torch.randn(384), torch.randn(96, 384), torch.randn(96))
+        self.check(torch.ops.fuseprof.window_reverse_add.default, w[:2], torch.randn(2, 9, 9, 16)[:, :7, :7], 7, 3)
+
+    def test_ln_mlp_reference_is_norm_then_timm_mlp_plus_residual(self):
+        torch.manual_seed(2)
+        mlp, norm = timm.layers.Mlp(96, 384).eval(), torch.nn.LayerNorm(96)
+        with torch.no_grad():
+            norm.weight.normal_()
+            norm.bias.normal_()
+        x = torch.randn(3, 7, 96)
+        out = torch.ops.fuseprof.ln_mlp_residual(x, norm.weight, norm.bias, norm.eps, mlp.fc1.weight, mlp.fc1.bias,
+                                                 mlp.fc2.weight, mlp.fc2.bias)
+        with torch.no_grad():
+            self.assertLess((out - (x + mlp(norm(x)))).abs().max().item(), 1e-5)
+        self.assertTrue(fp._affine_layer_norm(norm, 96))
+        self.assertFalse(fp._affine_layer_norm(torch.nn.LayerNorm(96, elementwise_affine=False), 96))
+        self.assertTrue(fp._mlp_fusable(mlp, 96))
+        self.assertFalse(fp._mlp_fusable(timm.layers.Mlp(768, 3072), 768))  # no build that wide
+        self.assertFalse(fp._mlp_fusable(timm.layers.Mlp(96, 384, act_layer=lambda: torch.nn.GELU("tanh")), 96))
+        self.assertFalse(fp._mlp_fusable(timm.layers.Mlp(96, 100), 96))  # hidden not a multiple of 64
 
     def test_window_ops_invert(self):
         x = torch.randn(2, 9, 9, 16)
@@ -117,8 +139,14 @@ class Swin(unittest.TestCase):
         self.assertTrue(model_rep["passed"], model_rep)
         self.assertFalse(model_rep["any_nan"])
         # The fused path ran, once per block (the first call also runs the original to compare).
-        for op in ("ln_shift_partition", "window_attention", "window_reverse_residual", "linear_residual"):
+        for op in ("ln_shift_partition", "window_attention"):
             self.assertEqual(ops.REFERENCE_CALLS.get(op), 12, op)
+        # The first two stages (C = 96, 192) run norm2 + the MLP in one kernel after the window
+        # reverse; the wider ones the reverse with norm2, then fc1, GELU, fc2 + residual.
+        self.assertEqual(ops.REFERENCE_CALLS.get("window_reverse_add"), 4)
+        self.assertEqual(ops.REFERENCE_CALLS.get("ln_mlp_residual"), 4)
+        self.assertEqual(ops.REFERENCE_CALLS.get("window_reverse_residual"), 8)
+        self.assertEqual(ops.REFERENCE_CALLS.get("linear_residual"), 8)
         # Exact GELU stays exact unless gemm_gelu is asked for.
         self.assertNotIn("linear_gelu_tanh", ops.REFERENCE_CALLS)
         self.assertEqual(rep["approximations"], {})
@@ -139,8 +167,10 @@ class Swin(unittest.TestCase):
         finally:
             fp.configure(apply=fp.DEFAULT_PATTERNS)
         rep = fp.report()
-        self.assertEqual(ops.REFERENCE_CALLS.get("linear_gelu_tanh"), 12)
-        self.assertIn("SwinTransformer/layers.0.blocks.0",
+        # the fused MLP (exact) keeps the first two stages; the tanh epilogue takes the others
+        self.assertEqual(ops.REFERENCE_CALLS.get("linear_gelu_tanh"), 8)
+        self.assertEqual(ops.REFERENCE_CALLS.get("ln_mlp_residual"), 4)
+        self.assertIn("SwinTransformer/layers.2.blocks.0",
                       rep["approximations"]["exact GELU computed in its tanh form (cuBLASLt GELU epilogue)"])
         self.assertTrue(all(v["passed"] for v in rep["modules"].values()), rep["modules"])
         self.assertTrue(rep["models"]["swin_tiny_patch4_window7_224"]["passed"])
