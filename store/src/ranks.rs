@@ -524,15 +524,14 @@ async fn merge_into(tmp: &Path, parts: &[MergePart], run: &RunInfo) -> Result<Me
                 "INSERT INTO main.processes (pid) SELECT new FROM temp.pmap \
                  WHERE new NOT IN (SELECT pid FROM main.processes)"
                     .to_string(),
-                format!(
-                    "INSERT INTO main.devices (id, name, compute_major, compute_minor, sm_count, \
+                "INSERT INTO main.devices (id, name, compute_major, compute_minor, sm_count, \
                      memory_bytes, clock_khz, mem_bandwidth_bytes_per_s, peak_flops_fp16, \
                      peak_source) \
                      SELECT m.new, d.name, d.compute_major, d.compute_minor, d.sm_count, \
                      d.memory_bytes, d.clock_khz, d.mem_bandwidth_bytes_per_s, \
                      d.peak_flops_fp16, d.peak_source \
                      FROM temp.dmap m LEFT JOIN src.devices d ON d.id = m.old"
-                ),
+                    .to_string(),
             ];
             for sql in &unshifted {
                 Stmt::prepare(db, sql)?.step()?;
@@ -833,7 +832,8 @@ mod tests {
                 (1, t + 600, t + 900),
             ] {
                 r0.push(coll(key, s, e));
-                if !(step == 1 && key == 0 && s == t + 100) && !(step == 4 && key == 1) {
+                let missing = (step == 1 && key == 0 && s == t + 100) || (step == 4 && key == 1);
+                if !missing {
                     // Rank 1 arrives later at some (starts later), ends within 3 us.
                     r1.push(coll(key, s + 50 - 12_345, e + step % 3 - 12_345));
                 }

@@ -92,6 +92,18 @@ fn part_path(output: &Path, what: &str) -> PathBuf {
     ))
 }
 
+/// Fails early, naming `output`, when the folder the run goes to cannot be written.
+fn check_writable(output: &Path, part: &Path) -> Result<()> {
+    std::fs::File::create(part).map_err(|error| {
+        ImportError::Store(fuseprof_store::Error::Io {
+            path: output.into(),
+            error,
+        })
+    })?;
+    let _ = std::fs::remove_file(part);
+    Ok(())
+}
+
 /// One imported rank, before merging.
 struct Loaded {
     input: PathBuf,
@@ -195,6 +207,7 @@ pub fn import_ranks(
             ));
         }
     }
+    check_writable(output, &part_path(output, "check"))?;
     let mut parts = Parts(Vec::new());
     let mut keys: Vec<String> = Vec::new();
     let mut loaded = Vec::new();
@@ -435,7 +448,7 @@ pub fn import_ranks(
 /// torchrun job): when at least two processes launched kernels, each on one GPU of its own,
 /// each such process is a rank, numbered by its GPU (torchrun's local rank drives GPU
 /// `LOCAL_RANK`). `None` for anything else (one process, or a process on several GPUs).
-pub fn ranks_by_device(store: &mut Store) -> Result<Option<(Vec<(i64, i64)>, Vec<(i64, i64)>)>> {
+pub fn ranks_by_device(store: &mut Store) -> Result<Option<RankLabels>> {
     let mut per_pid: std::collections::BTreeMap<i64, std::collections::BTreeSet<i64>> =
         Default::default();
     store.for_each_kernel(|k| {
@@ -464,7 +477,19 @@ pub fn ranks_by_device(store: &mut Store) -> Result<Option<(Vec<(i64, i64)>, Vec
         .enumerate()
         .map(|(r, &(dev, _))| (dev, r as i64))
         .collect();
-    Ok(Some((process_rank, device_rank)))
+    Ok(Some(RankLabels {
+        process_rank,
+        device_rank,
+    }))
+}
+
+/// Which rank each process and GPU of a run belongs to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RankLabels {
+    /// `(pid, rank)`.
+    pub process_rank: Vec<(i64, i64)>,
+    /// `(device id, rank)`.
+    pub device_rank: Vec<(i64, i64)>,
 }
 
 /// Publishes the complete run at `part` at `output`, with its ranks labelled when it holds a
@@ -494,7 +519,11 @@ pub fn label_ranks(
         }
         (found, per_device)
     };
-    let Some((process_rank, device_rank)) = found else {
+    let Some(RankLabels {
+        process_rank,
+        device_rank,
+    }) = found
+    else {
         fuseprof_store::publish_with_ranks(part, output, options, &[], &[], &[])?;
         return Ok(Vec::new());
     };
@@ -546,6 +575,7 @@ pub(crate) fn import_nsys_labelled(
         .into());
     }
     let part = part_path(output, "nsys");
+    check_writable(output, &part)?;
     let guard = Parts(vec![part.clone()]);
     let report = super::nsys::import(
         input,
