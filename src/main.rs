@@ -456,6 +456,9 @@ fn run(command: Command) -> Result<ExitCode> {
                 outcome.cupti_dropped,
                 outcome.nvtx_dropped
             );
+            if let Ok(ranks) = Store::open(&outcome.output).and_then(|mut s| s.ranks()) {
+                print_ranks(&ranks);
+            }
             return Ok(ExitCode::from(outcome.exit_code.clamp(0, 255) as u8));
         }
         Command::Import {

@@ -731,6 +731,40 @@ mod ranks {
     }
 
     #[test]
+    fn a_run_of_a_whole_job_is_labelled_in_place_as_collect_does() {
+        // The 2-GPU export with its labels taken off stands for a collected torchrun job.
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("run.sqlite");
+        import(
+            &fixtures::path(fixtures::NSYS[1]),
+            &out,
+            &ImportOptions::default(),
+        )
+        .unwrap();
+        sqlite_with(
+            dir.path(),
+            "run.sqlite",
+            "DELETE FROM ranks; UPDATE processes SET rank = NULL; UPDATE devices SET rank = NULL;",
+        );
+        assert!(ranks_of(&out).is_empty());
+        let ranks =
+            fuseprof_collector::import::ranks::label_ranks_in_place(&out, "collect").unwrap();
+        assert_eq!(ranks, ranks_of(&out));
+        assert_eq!(ranks.len(), 2);
+        assert_eq!(
+            (ranks[1].collectives, ranks[1].matched_collectives),
+            (31, 31)
+        );
+        assert_eq!(Store::open(&out).unwrap().process_ranks().unwrap().len(), 2);
+        // A run of one process stays as it is.
+        let one = dir.path().join("one.sqlite");
+        let input = fixtures::path("kineto/hta_critical_path_alexnet_trace.json.gz");
+        import(&input, &one, &ImportOptions::default()).unwrap();
+        let ranks = fuseprof_collector::import::ranks::label_ranks_in_place(&one, "x").unwrap();
+        assert!(ranks.is_empty() && ranks_of(&one).is_empty());
+    }
+
+    #[test]
     fn a_single_gpu_run_has_no_ranks() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("run.sqlite");

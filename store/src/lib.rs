@@ -35,8 +35,8 @@ pub use error::{Error, Result};
 pub use model::*;
 pub use names::{parse_range_name, ParsedName};
 pub use ranks::{
-    align_collectives, match_collectives, merge_ranks, publish_with_ranks, Alignment, Collective,
-    MergePart, MergeReport, RankInfo,
+    align_collectives, match_collectives, merge_ranks, publish_with_ranks, write_ranks, Alignment,
+    Collective, MergePart, MergeReport, RankInfo,
 };
 pub use reader::{
     schema_text_is_utf8, ApiSpan, Direction, GpuKind, GpuSpan, HostSpan, Info, PassApiCall,

@@ -260,6 +260,24 @@ pub fn publish_with_ranks(
     device_rank: &[(i64, i64)],
 ) -> Result<()> {
     let guard = Removal(Some(part.to_path_buf()));
+    write_ranks(part, ranks, process_rank, device_rank)?;
+    publish(part, output, options.overwrite)?;
+    std::mem::forget(guard);
+    Ok(())
+}
+
+/// Labels the processes (`(pid, rank)`) and GPUs (`(device id, rank)`) of the complete run at
+/// `path`, which nobody reads yet, and writes its `ranks`. Nothing to do without ranks.
+pub fn write_ranks(
+    path: &Path,
+    ranks: &[RankInfo],
+    process_rank: &[(i64, i64)],
+    device_rank: &[(i64, i64)],
+) -> Result<()> {
+    if ranks.is_empty() {
+        return Ok(());
+    }
+    let part = path;
     let rt = runtime(part)?;
     rt.block_on(async {
         let mut conn = open_rw(part, false).await?;
@@ -291,10 +309,7 @@ pub fn publish_with_ranks(
         }
         conn.close().await?;
         Ok::<_, Error>(())
-    })?;
-    publish(part, output, options.overwrite)?;
-    std::mem::forget(guard);
-    Ok(())
+    })
 }
 
 /// An id for `old` of rank `rank` that no earlier rank took: `old` itself when free, else

@@ -484,7 +484,7 @@ pub fn ranks_by_device(store: &mut Store) -> Result<Option<RankLabels>> {
 }
 
 /// Which rank each process and GPU of a run belongs to.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RankLabels {
     /// `(pid, rank)`.
     pub process_rank: Vec<(i64, i64)>,
@@ -492,53 +492,37 @@ pub struct RankLabels {
     pub device_rank: Vec<(i64, i64)>,
 }
 
-/// Publishes the complete run at `part` at `output`, with its ranks labelled when it holds a
-/// whole job ([`ranks_by_device`]): one host's capture, so every rank is on the same clock.
-/// Returns the ranks (empty for a run of one process).
-pub fn label_ranks(
-    part: &Path,
-    output: &Path,
-    options: CreateOptions,
-    source_path: &str,
-) -> Result<Vec<RankInfo>> {
-    let (found, collectives) = {
-        let mut store = Store::open(part)?;
-        let found = ranks_by_device(&mut store)?;
-        let strings = store.strings()?;
-        let mut per_device: std::collections::BTreeMap<i64, Vec<Collective>> = Default::default();
-        if found.is_some() {
-            store.for_each_kernel(|k| {
-                if is_collective(strings.get(k.name)) {
-                    per_device.entry(k.device_id).or_default().push(Collective {
-                        key: k.name.0 as u32,
-                        start_ns: k.start_ns,
-                        end_ns: k.end_ns,
-                    });
-                }
-            })?;
+/// The ranks of the complete run at `path` when it holds a whole job ([`ranks_by_device`]):
+/// one host's capture, so every rank is on the same clock; the collectives' ends only say how
+/// well they agree.
+fn device_ranks_of(path: &Path, source_path: &str) -> Result<Option<(Vec<RankInfo>, RankLabels)>> {
+    let mut store = Store::open(path)?;
+    let Some(labels) = ranks_by_device(&mut store)? else {
+        return Ok(None);
+    };
+    let strings = store.strings()?;
+    let mut per_device: std::collections::BTreeMap<i64, Vec<Collective>> = Default::default();
+    store.for_each_kernel(|k| {
+        if is_collective(strings.get(k.name)) {
+            per_device.entry(k.device_id).or_default().push(Collective {
+                key: k.name.0 as u32,
+                start_ns: k.start_ns,
+                end_ns: k.end_ns,
+            });
         }
-        (found, per_device)
-    };
-    let Some(RankLabels {
-        process_rank,
-        device_rank,
-    }) = found
-    else {
-        fuseprof_store::publish_with_ranks(part, output, options, &[], &[], &[])?;
-        return Ok(Vec::new());
-    };
-    // One clock for all: the collectives only say how well their ends agree.
+    })?;
     let none = Vec::new();
-    let reference = collectives.get(&device_rank[0].0).unwrap_or(&none);
-    let infos: Vec<RankInfo> = device_rank
+    let reference = per_device.get(&labels.device_rank[0].0).unwrap_or(&none);
+    let infos = labels
+        .device_rank
         .iter()
         .map(|&(dev, rank)| {
-            let own = collectives.get(&dev).unwrap_or(&none);
+            let own = per_device.get(&dev).unwrap_or(&none);
             let mut info = RankInfo {
                 rank,
                 source_path: Some(source_path.into()),
                 rank_source: "device".into(),
-                world_size: Some(device_rank.len() as i64),
+                world_size: Some(labels.device_rank.len() as i64),
                 clock: "same_clock".into(),
                 collectives: own.len() as i64,
                 matched_collectives: own.len() as i64,
@@ -558,7 +542,36 @@ pub fn label_ranks(
             info
         })
         .collect();
-    fuseprof_store::publish_with_ranks(part, output, options, &infos, &process_rank, &device_rank)?;
+    Ok(Some((infos, labels)))
+}
+
+/// Publishes the complete run at `part` at `output`, with its ranks labelled when it holds a
+/// whole job ([`ranks_by_device`]). Returns the ranks (empty for a run of one process).
+pub fn label_ranks(
+    part: &Path,
+    output: &Path,
+    options: CreateOptions,
+    source_path: &str,
+) -> Result<Vec<RankInfo>> {
+    let (infos, labels) = device_ranks_of(part, source_path)?.unwrap_or_default();
+    fuseprof_store::publish_with_ranks(
+        part,
+        output,
+        options,
+        &infos,
+        &labels.process_rank,
+        &labels.device_rank,
+    )?;
+    Ok(infos)
+}
+
+/// [`label_ranks`] on a complete run nobody reads yet, left where it is (`collect` labels its
+/// staging file before it publishes it).
+pub fn label_ranks_in_place(path: &Path, source_path: &str) -> Result<Vec<RankInfo>> {
+    let Some((infos, labels)) = device_ranks_of(path, source_path)? else {
+        return Ok(Vec::new());
+    };
+    fuseprof_store::write_ranks(path, &infos, &labels.process_rank, &labels.device_rank)?;
     Ok(infos)
 }
 
