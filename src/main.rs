@@ -836,16 +836,23 @@ static QUIET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new
 /// One line per rank of a distributed run: where its number and clock came from.
 fn print_ranks(ranks: &[fuseprof_store::RankInfo]) {
     for r in ranks {
-        let aligned = match r.clock.as_str() {
-            "wall_clock" | "collectives" | "same_clock" if r.residual_ns.is_some() => format!(
-                "{} (collectives {:+.3} ms, {}/{} matched, residual {:.1} us)",
-                r.clock,
-                r.clock_correction_ns as f64 / 1e6,
+        let paired = |r: &fuseprof_store::RankInfo| {
+            format!(
+                "{}/{} collectives paired, their ends a median {:.1} us apart",
                 r.matched_collectives,
                 r.collectives,
                 r.residual_ns.unwrap_or(0) as f64 / 1e3
+            )
+        };
+        let aligned = match r.clock.as_str() {
+            "same_clock" if r.residual_ns.is_some() => format!("same_clock ({})", paired(r)),
+            "wall_clock" | "collectives" if r.residual_ns.is_some() => format!(
+                "{}, shifted {:+.3} ms by its collectives ({})",
+                r.clock,
+                r.clock_correction_ns as f64 / 1e6,
+                paired(r)
             ),
-            "unaligned" => "UNALIGNED (own clock)".to_string(),
+            "unaligned" => "UNALIGNED (left on its own clock)".to_string(),
             other => other.to_string(),
         };
         note!(

@@ -306,7 +306,7 @@ fn ranks_of_one_job_import_into_one_run_and_analyze_per_rank() {
     assert!(err.contains("imported 2 ranks"), "{err}");
     assert!(err.contains("rank 0 (trace): clock wall_clock"), "{err}");
     assert!(
-        err.contains("rank 1 (trace): clock wall_clock (collectives"),
+        err.contains("rank 1 (trace): clock wall_clock, shifted +0.000 ms by its collectives"),
         "{err}"
     );
 
