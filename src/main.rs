@@ -739,10 +739,25 @@ fn run(command: Command) -> Result<ExitCode> {
         Command::Info { run, json } => {
             let mut store = Store::open(&run)?;
             let info = store.info()?;
+            let ranks = store.ranks()?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&info)?);
+                let mut v = serde_json::to_value(&info)?;
+                if !ranks.is_empty() {
+                    v["ranks"] = serde_json::to_value(&ranks)?;
+                }
+                println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
                 print!("{}", render_info(&info));
+                for r in &ranks {
+                    println!(
+                        "rank {}:     clock {} (offset {} ns), from {} ({})",
+                        r.rank,
+                        r.clock,
+                        r.clock_offset_ns,
+                        r.source_path.as_deref().unwrap_or("?"),
+                        r.rank_source.replace('_', " ")
+                    );
+                }
             }
         }
     }
