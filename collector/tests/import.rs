@@ -640,6 +640,47 @@ mod ranks {
     }
 
     #[test]
+    fn a_wall_clock_base_is_applied_and_its_error_corrected_by_the_collectives() {
+        let dir = tempfile::tempdir().unwrap();
+        // Rank 1 written as newer PyTorch writes it: timestamps relative to a wall-clock base.
+        const BASE_US: i64 = 1_682_725_800_000_000;
+        let r1 = edited_rank1(dir.path(), "r1.json", |v| {
+            shift(v, -BASE_US);
+            v["baseTimeNanoseconds"] = (BASE_US * 1000).into();
+        });
+        let out = dir.path().join("job.sqlite");
+        let inputs = [rank_paths()[0].clone(), r1];
+        let report = import_ranks(&inputs, &out, &ImportOptions::default()).unwrap();
+        let r = &report.ranks[1];
+        assert_eq!(r.clock, "wall_clock");
+        assert_eq!(r.clock_offset_ns - r.clock_correction_ns, BASE_US * 1000);
+        assert!(r.clock_correction_ns.abs() < 100_000, "{r:?}");
+        // A base 0.7 s off (a host clock that drifted, a base cut to whole seconds): the
+        // collectives put the rank back.
+        let r1 = edited_rank1(dir.path(), "r1b.json", |v| {
+            shift(v, -BASE_US);
+            v["baseTimeNanoseconds"] = (BASE_US * 1000 + 700_000_000).into();
+        });
+        let out = dir.path().join("job2.sqlite");
+        let report = import_ranks(
+            &[rank_paths()[0].clone(), r1],
+            &out,
+            &ImportOptions::default(),
+        )
+        .unwrap();
+        let r = &report.ranks[1];
+        assert_eq!(r.clock, "wall_clock");
+        assert!(
+            (r.clock_correction_ns + 700_000_000).abs() < 1_000_000,
+            "{r:?}"
+        );
+        assert!(
+            (r.clock_offset_ns - BASE_US * 1000).abs() < 1_000_000,
+            "{r:?}"
+        );
+    }
+
+    #[test]
     fn ranks_come_from_file_names_when_the_trace_has_none() {
         let dir = tempfile::tempdir().unwrap();
         let a = edited_rank1(dir.path(), "job_rank7.json", |v| {
