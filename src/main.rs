@@ -90,13 +90,20 @@ enum Command {
         command: Vec<OsString>,
     },
     /// Import a PyTorch-profiler JSON trace (.json or .json.gz) or an `nsys export --type
-    /// sqlite` file into a new run file.
+    /// sqlite` file into a new run file; several PyTorch-profiler traces, one per rank of a
+    /// distributed job, merge into one run.
     #[command(after_help = "Examples:\n  \
         fuseprof import fixtures/kineto/hta_critical_path_alexnet_trace.json.gz -o alexnet.sqlite\n  \
-        fuseprof import --format nsys profile.sqlite -o run.sqlite --force")]
+        fuseprof import --format nsys profile.sqlite -o run.sqlite --force\n  \
+        fuseprof import rank*.json.gz -o job.sqlite     # one run, each rank kept apart\n\n\
+        Ranks: from each trace's distributedInfo.rank, else its file name (rank-3, rank3), else\n\
+        its position. Clocks: Kineto's baseTimeNanoseconds (or Unix-epoch timestamps), refined\n\
+        by matching the ends of NCCL kernels; ranks that cannot be aligned are flagged. One nsys\n\
+        export of a torchrun job becomes one rank per process (numbered by its GPU).")]
     Import {
-        /// The trace to read.
-        input: PathBuf,
+        /// The trace(s) to read: one file, or one PyTorch-profiler trace per rank.
+        #[arg(required = true, num_args = 1..)]
+        input: Vec<PathBuf>,
         /// The run file to write (must not exist unless --force).
         #[arg(short, long)]
         output: PathBuf,
@@ -449,6 +456,9 @@ fn run(command: Command) -> Result<ExitCode> {
                 outcome.cupti_dropped,
                 outcome.nvtx_dropped
             );
+            if let Ok(ranks) = Store::open(&outcome.output).and_then(|mut s| s.ranks()) {
+                print_ranks(&ranks);
+            }
             return Ok(ExitCode::from(outcome.exit_code.clamp(0, 255) as u8));
         }
         Command::Import {
@@ -467,7 +477,30 @@ fn run(command: Command) -> Result<ExitCode> {
             };
             let started = std::time::Instant::now();
             let progress = options.progress.clone().unwrap_or_default();
-            let report = with_progress(&progress, || import::import(&input, &output, &options))
+            if input.len() > 1 {
+                let report = with_progress(&progress, || {
+                    import::ranks::import_ranks(&input, &output, &options)
+                })
+                .with_context(|| format!("cannot merge the ranks into {}", output.display()))?;
+                let secs = started.elapsed().as_secs_f64();
+                let kernels: u64 = report.imports.iter().map(|r| r.counts.kernels).sum();
+                let events: u64 = report.imports.iter().map(|r| r.counts.events()).sum();
+                note!(
+                    "imported {} ranks: {} kernels, {} events in {:.2} s -> {}",
+                    report.ranks.len(),
+                    kernels,
+                    events,
+                    secs,
+                    output.display()
+                );
+                print_ranks(&report.ranks);
+                for n in &report.notes {
+                    note!("  note: {n}");
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            let input = &input[0];
+            let report = with_progress(&progress, || import::import(input, &output, &options))
                 .with_context(|| format!("cannot import {}", input.display()))?;
             let secs = started.elapsed().as_secs_f64();
             let c = &report.counts;
@@ -488,6 +521,9 @@ fn run(command: Command) -> Result<ExitCode> {
             );
             for (why, n) in &report.skipped {
                 note!("  not stored: {n} {why}");
+            }
+            if report.format == Format::Nsys {
+                print_ranks(&Store::open(&output)?.ranks()?);
             }
         }
         Command::Export { run, output, force } => {
@@ -703,10 +739,25 @@ fn run(command: Command) -> Result<ExitCode> {
         Command::Info { run, json } => {
             let mut store = Store::open(&run)?;
             let info = store.info()?;
+            let ranks = store.ranks()?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&info)?);
+                let mut v = serde_json::to_value(&info)?;
+                if !ranks.is_empty() {
+                    v["ranks"] = serde_json::to_value(&ranks)?;
+                }
+                println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
                 print!("{}", render_info(&info));
+                for r in &ranks {
+                    println!(
+                        "rank {}:     clock {} (offset {} ns), from {} ({})",
+                        r.rank,
+                        r.clock,
+                        r.clock_offset_ns,
+                        r.source_path.as_deref().unwrap_or("?"),
+                        r.rank_source.replace('_', " ")
+                    );
+                }
             }
         }
     }
@@ -797,6 +848,41 @@ static QUIET: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new
 
 /// Runs `work` while a bar on stderr shows `progress` (phase, bytes, events and their rate),
 /// drawn only on a terminal, without -q, and once the work has taken a second.
+/// One line per rank of a distributed run: where its number and clock came from.
+fn print_ranks(ranks: &[fuseprof_store::RankInfo]) {
+    for r in ranks {
+        let paired = |r: &fuseprof_store::RankInfo| {
+            format!(
+                "{}/{} collectives paired, their ends a median {:.1} us apart",
+                r.matched_collectives,
+                r.collectives,
+                r.residual_ns.unwrap_or(0) as f64 / 1e3
+            )
+        };
+        let aligned = match r.clock.as_str() {
+            "same_clock" if r.residual_ns.is_some() => format!("same_clock ({})", paired(r)),
+            "wall_clock" | "collectives" if r.residual_ns.is_some() => format!(
+                "{}, shifted {:+.3} ms by its collectives ({})",
+                r.clock,
+                r.clock_correction_ns as f64 / 1e6,
+                paired(r)
+            ),
+            "unaligned" => "UNALIGNED (left on its own clock)".to_string(),
+            other => other.to_string(),
+        };
+        note!(
+            "  rank {} ({}): clock {}{}",
+            r.rank,
+            r.rank_source.replace('_', " "),
+            aligned,
+            r.source_path
+                .as_deref()
+                .map(|p| format!(", {p}"))
+                .unwrap_or_default()
+        );
+    }
+}
+
 fn with_progress<T>(progress: &Progress, work: impl FnOnce() -> T) -> T {
     use std::io::IsTerminal;
     if QUIET.load(std::sync::atomic::Ordering::Relaxed) || !std::io::stderr().is_terminal() {

@@ -291,3 +291,59 @@ fn imports_are_quiet_when_piped_and_silent_with_q() {
     // -q and -v contradict each other.
     assert!(!fuseprof(&["-q", "-v", "info", "x.sqlite"]).status.success());
 }
+
+#[test]
+fn ranks_of_one_job_import_into_one_run_and_analyze_per_rank() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("job.sqlite");
+    let ranks: Vec<String> = fuseprof_fixtures::KINETO_RANKS
+        .iter()
+        .map(|p| fuseprof_fixtures::path(p).display().to_string())
+        .collect();
+    let o = fuseprof(&["import", &ranks[1], &ranks[0], "-o", s(&out)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("imported 2 ranks"), "{err}");
+    assert!(err.contains("rank 0 (trace): clock wall_clock"), "{err}");
+    assert!(
+        err.contains("rank 1 (trace): clock wall_clock, shifted +0.000 ms by its collectives"),
+        "{err}"
+    );
+
+    let o = fuseprof(&["analyze", s(&out)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("Ranks: 2"), "{text}");
+    assert!(text.contains("Steps across ranks"), "{text}");
+    let o = fuseprof(&["analyze", s(&out), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["ranks"]["ranks"].as_array().unwrap().len(), 2);
+    assert_eq!(v["ranks"]["steps"][0]["slowest_rank"], 1);
+
+    // One rank's file cut short: one line naming it, exit 1, no output.
+    let json = {
+        use std::io::Read;
+        let mut b = Vec::new();
+        flate2::read::GzDecoder::new(std::fs::File::open(&ranks[1]).unwrap())
+            .read_to_end(&mut b)
+            .unwrap();
+        b
+    };
+    let cut = dir.path().join("rank-1.json");
+    std::fs::write(&cut, &json[..json.len() / 2]).unwrap();
+    let out2 = dir.path().join("cut.sqlite");
+    let o = fuseprof(&["import", &ranks[0], s(&cut), "-o", s(&out2)]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("rank-1.json") && err.contains("ends early"),
+        "{err}"
+    );
+    assert!(!out2.exists());
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left.len(), 2, "{left:?}");
+}

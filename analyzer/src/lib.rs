@@ -39,6 +39,7 @@ pub mod headroom;
 pub mod hotspots;
 pub mod op_tree;
 pub mod ops;
+pub mod ranks;
 mod report;
 mod sort;
 pub mod steps;
@@ -134,6 +135,9 @@ pub struct Analysis {
     pub by_kernel: Vec<KernelRow>,
     pub by_class: Vec<ClassRow>,
     pub headroom: Headroom,
+    /// Per rank and across ranks, for a distributed run (absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ranks: Option<ranks::RankAnalysis>,
     /// Oddities in the input and how they were handled (never fatal).
     pub notes: Vec<String>,
 }
@@ -387,6 +391,10 @@ pub(crate) fn analyze_inner(
     };
 
     lap(&mut clock, "steps");
+
+    // Per rank and across ranks (whole run, whatever the scope).
+    let rank_analysis = ranks::analyze_ranks(store, &tree, &names, &items, &devices)?;
+    lap(&mut clock, "ranks");
 
     // 4. Scope.
     let window = match cfg.step {
@@ -781,6 +789,7 @@ pub(crate) fn analyze_inner(
         by_kernel,
         by_class,
         headroom,
+        ranks: rank_analysis,
         notes,
     })
 }

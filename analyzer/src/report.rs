@@ -259,6 +259,10 @@ pub fn render_text(a: &Analysis, cfg: &AnalyzeConfig) -> String {
     class_table(&mut o, a);
     o.push('\n');
     headroom_table(&mut o, a, top);
+    if let Some(r) = &a.ranks {
+        o.push('\n');
+        ranks_tables(&mut o, r, top);
+    }
     if !a.notes.is_empty() {
         o.push('\n');
         let _ = writeln!(o, "Notes");
@@ -477,5 +481,148 @@ fn headroom_table(o: &mut String, a: &Analysis, top: usize) {
             r.flops_pct.map_or("-".into(), |f| format!("{f:.1}")),
             r.bound
         );
+    }
+}
+
+/// The per-rank and cross-rank tables of a distributed run.
+fn ranks_tables(o: &mut String, r: &crate::ranks::RankAnalysis, top: usize) {
+    wrap(
+        o,
+        &format!(
+            "Ranks: {} (collectives matched against rank {}; wait = time a rank's collective \
+             kernels waited for the last rank to arrive, xfer = the rest; overlap = share of \
+             comm time with compute running on the same GPU)",
+            r.ranks.len(),
+            r.reference_rank
+        ),
+        "",
+        "  ",
+    );
+    let shown = top.max(8);
+    let _ = writeln!(
+        o,
+        "  {:>5} {:<12} {:>10} {:>10} {:>10}  from",
+        "rank", "clock", "shift ms", "resid us", "matched"
+    );
+    for x in r.ranks.iter().take(shown) {
+        let _ = writeln!(
+            o,
+            "  {:>5} {:<12} {:>10} {:>10} {:>10}  {}",
+            x.rank,
+            fit(&x.clock, 12),
+            ms(x.clock_correction_ns),
+            x.residual_ns
+                .map_or("-".into(), |n| format!("{:.1}", n as f64 / 1e3)),
+            x.matched_collectives
+                .map_or("-".into(), |m| format!("{m}/{}", x.comm_kernels)),
+            fit(
+                &format!(
+                    "{} ({})",
+                    x.source_path
+                        .as_deref()
+                        .map(|p| std::path::Path::new(p)
+                            .file_name()
+                            .map_or(p.into(), |f| f.to_string_lossy()))
+                        .unwrap_or("?".into()),
+                    x.rank_source.replace('_', " ")
+                ),
+                WIDTH - 55
+            )
+        );
+    }
+    let _ = writeln!(
+        o,
+        "  {:>5} {:>5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8}",
+        "rank",
+        "steps",
+        "step ms",
+        "compute ms",
+        "comm ms",
+        "wait ms",
+        "xfer ms",
+        "unmatch ms",
+        "overlap"
+    );
+    for x in r.ranks.iter().take(shown) {
+        let _ = writeln!(
+            o,
+            "  {:>5} {:>5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>7.1}%",
+            x.rank,
+            x.steps,
+            x.step_wall
+                .as_ref()
+                .map_or("-".into(), |s| ms(s.mean_ns as i64)),
+            ms(x.compute_ns),
+            ms(x.comm_ns),
+            ms(x.comm_wait_ns),
+            ms(x.comm_transfer_ns),
+            ms(x.comm_unmatched_ns),
+            x.overlap_pct
+        );
+    }
+    if r.ranks.len() > shown {
+        let _ = writeln!(o, "  ... {} more ranks", r.ranks.len() - shown);
+    }
+    if !r.steps.is_empty() {
+        let per_rank = r.ranks.len() <= 4;
+        let _ = write!(
+            o,
+            "\nSteps across ranks (wall ms; straggler = the rank that waited least in \
+             collectives)\n  {:>5}",
+            "step"
+        );
+        if per_rank {
+            for x in &r.ranks {
+                let _ = write!(o, " {:>10}", format!("rank {}", x.rank));
+            }
+        }
+        let _ = writeln!(
+            o,
+            " {:>10} {:>10} {:>10}",
+            "spread ms", "slowest", "straggler"
+        );
+        for s in r.steps.iter().take(top) {
+            let _ = write!(o, "  {:>5}", s.index);
+            if per_rank {
+                for w in &s.wall_ns {
+                    let _ = write!(o, " {:>10}", w.map_or("-".into(), ms));
+                }
+            }
+            let _ = writeln!(
+                o,
+                " {:>10} {:>10} {:>10}",
+                ms(s.spread_ns),
+                format!("rank {}", s.slowest_rank),
+                s.straggler_rank.map_or("-".into(), |k| format!("rank {k}"))
+            );
+        }
+        if r.steps.len() > top {
+            let _ = writeln!(o, "  ... {} more", r.steps.len() - top);
+        }
+    }
+    if !r.collectives.is_empty() {
+        let name_w = WIDTH - 2 - 60;
+        let _ = writeln!(o, "\nCollectives, all ranks");
+        let _ = writeln!(
+            o,
+            "  {:<name_w$} {:>7} {:>7} {:>10} {:>10} {:>10} {:>10}",
+            "kernel", "kernels", "groups", "total ms", "wait ms", "xfer ms", "unmatch ms"
+        );
+        for c in r.collectives.iter().take(top) {
+            let _ = writeln!(
+                o,
+                "  {:<name_w$} {:>7} {:>7} {:>10} {:>10} {:>10} {:>10}",
+                fit(&short_kernel_name(&c.name), name_w),
+                count(c.kernels),
+                count(c.groups),
+                ms(c.total_ns),
+                ms(c.wait_ns),
+                ms(c.transfer_ns),
+                ms(c.unmatched_ns)
+            );
+        }
+    }
+    for n in &r.notes {
+        wrap(o, n, "  - ", "    ");
     }
 }

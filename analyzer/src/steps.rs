@@ -39,10 +39,20 @@ const MAX_PERIOD_SEQUENCE: usize = 200_000;
 const PERIOD_TOLERANCE: f64 = 0.01;
 
 pub(crate) fn find(tree: &Tree, names: &Names, items: &[Item]) -> Found {
-    if let Some(f) = from_annotations(tree, names) {
+    find_in(tree, names, items, &|_| true)
+}
+
+/// [`find`] over the threads `keep` accepts (one rank's), with `items` that rank's records.
+pub(crate) fn find_in(
+    tree: &Tree,
+    names: &Names,
+    items: &[Item],
+    keep: &dyn Fn(u32) -> bool,
+) -> Found {
+    if let Some(f) = from_annotations(tree, names, keep) {
         return f;
     }
-    if let Some(f) = from_period(tree, items) {
+    if let Some(f) = from_period(tree, items, keep) {
         return f;
     }
     Found {
@@ -53,10 +63,10 @@ pub(crate) fn find(tree: &Tree, names: &Names, items: &[Item]) -> Found {
     }
 }
 
-fn from_annotations(tree: &Tree, names: &Names) -> Option<Found> {
+fn from_annotations(tree: &Tree, names: &Names, keep: &dyn Fn(u32) -> bool) -> Option<Found> {
     let mut families: std::collections::HashMap<u32, Vec<Window>> = Default::default();
     for r in &tree.ranges {
-        if r.role() == Role::Step {
+        if r.role() == Role::Step && keep(r.thread()) {
             families.entry(r.name).or_default().push(Window {
                 start_ns: r.start_ns,
                 end_ns: r.end_ns,
@@ -103,7 +113,7 @@ fn period_of(seq: &[u32]) -> Option<usize> {
     })
 }
 
-fn from_period(tree: &Tree, items: &[Item]) -> Option<Found> {
+fn from_period(tree: &Tree, items: &[Item], keep: &dyn Fn(u32) -> bool) -> Option<Found> {
     // Threads whose ranges own GPU time.
     let mut per_thread = vec![0i64; tree.threads.len()];
     for it in items {
@@ -115,7 +125,7 @@ fn from_period(tree: &Tree, items: &[Item]) -> Option<Found> {
     // loop (the main thread, not autograd's worker, which only runs backward).
     let mut best: Option<(i64, usize, Vec<usize>, usize)> = None;
     for (thread, &gpu) in per_thread.iter().enumerate() {
-        if gpu == 0 {
+        if gpu == 0 || !keep(thread as u32) {
             continue;
         }
         let lo = tree.thread_start[thread] as usize;

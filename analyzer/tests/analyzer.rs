@@ -207,6 +207,130 @@ fn check_invariants(rel: &str, a: &Analysis, store_kernel_ns: Option<i64>) {
     }
 }
 
+/// What the per-rank figures of a distributed run must keep.
+fn check_rank_invariants(rel: &str, a: &Analysis) {
+    let Some(r) = &a.ranks else { return };
+    let comm_class: i64 = a
+        .by_class
+        .iter()
+        .filter(|c| c.class == Class::Communication)
+        .map(|c| c.total_ns)
+        .sum();
+    let mut comm = 0;
+    let mut kernels = 0;
+    for x in &r.ranks {
+        assert_eq!(
+            x.compute_ns + x.comm_ns,
+            x.kernel_ns,
+            "{rel}: rank {}",
+            x.rank
+        );
+        assert_eq!(
+            x.comm_wait_ns + x.comm_transfer_ns + x.comm_unmatched_ns,
+            x.comm_ns,
+            "{rel}: rank {} wait + transfer + unmatched",
+            x.rank
+        );
+        assert!(x.comm_wait_ns >= 0 && x.comm_transfer_ns >= 0, "{rel}");
+        assert!(x.overlap_ns >= 0 && x.overlap_ns <= x.comm_ns, "{rel}");
+        comm += x.comm_ns;
+        kernels += x.kernel_ns;
+    }
+    // Every kernel belongs to one rank here.
+    assert_eq!(kernels, a.totals.kernel_ns, "{rel}: ranks' kernels");
+    assert_eq!(
+        comm, comm_class,
+        "{rel}: ranks' comm = the communication class"
+    );
+    let by_kind: i64 = r.collectives.iter().map(|c| c.total_ns).sum();
+    assert_eq!(by_kind, comm, "{rel}: collectives by kind");
+    for c in &r.collectives {
+        assert_eq!(
+            c.wait_ns + c.transfer_ns + c.unmatched_ns,
+            c.total_ns,
+            "{rel}"
+        );
+    }
+    for s in &r.steps {
+        assert_eq!(s.wall_ns.len(), r.ranks.len(), "{rel}");
+        let walls: Vec<i64> = s.wall_ns.iter().flatten().copied().collect();
+        let max = walls.iter().max().copied().unwrap_or(0);
+        let slowest = r
+            .ranks
+            .iter()
+            .position(|x| x.rank == s.slowest_rank)
+            .unwrap();
+        assert_eq!(s.wall_ns[slowest], Some(max), "{rel}: slowest rank");
+        assert_eq!(s.spread_ns, max - walls.iter().min().copied().unwrap_or(0));
+    }
+}
+
+/// The two HTA ranks merged into one run, made once per test process.
+fn hta_ranks_store() -> PathBuf {
+    static DIR: OnceLock<tempfile::TempDir> = OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let inputs: Vec<PathBuf> = fuseprof_fixtures::KINETO_RANKS
+            .iter()
+            .map(|p| fuseprof_fixtures::path(p))
+            .collect();
+        fuseprof_collector::import::ranks::import_ranks(
+            &inputs,
+            &dir.path().join("hta_ranks.sqlite"),
+            &fuseprof_collector::import::ImportOptions::default(),
+        )
+        .unwrap();
+        dir
+    });
+    dir.path().join("hta_ranks.sqlite")
+}
+
+#[test]
+fn two_ranks_report_steps_waiting_transfer_and_overlap() {
+    let mut store = Store::open(&hta_ranks_store()).unwrap();
+    let cfg = AnalyzeConfig::default();
+    let a = analyze(&mut store, &cfg).unwrap();
+    check_invariants("hta ranks", &a, None);
+    check_rank_invariants("hta ranks", &a);
+    let r = a.ranks.as_ref().expect("a ranks section");
+    assert_eq!(r.reference_rank, 0);
+    let ranks: Vec<i64> = r.ranks.iter().map(|x| x.rank).collect();
+    assert_eq!(ranks, [0, 1]);
+    assert!(r.ranks[0].pids.contains(&4037));
+    assert_eq!(r.ranks[1].devices, [1]);
+    // Both ranks' ProfilerStep#551 and #552, matched by position.
+    assert!(r.ranks.iter().all(|x| x.steps == 2));
+    assert_eq!(r.steps.len(), 2);
+    // Rank 0's collectives waited for rank 1 (tens of ms), rank 1's hardly: rank 1 is the
+    // straggler, and the slower rank in both steps.
+    assert!(r.ranks[0].comm_wait_ns > 10_000_000, "{:?}", r.ranks[0]);
+    assert!(r.ranks[1].comm_wait_ns < 1_000_000, "{:?}", r.ranks[1]);
+    assert_eq!(r.ranks[0].comm_transfer_ns, r.ranks[1].comm_transfer_ns);
+    for s in &r.steps {
+        assert_eq!(s.slowest_rank, 1);
+        assert_eq!(s.straggler_rank, Some(1));
+    }
+    assert_eq!(r.collectives.len(), 1);
+    assert_eq!(r.collectives[0].groups, 5);
+    let text = render_text(&a, &cfg);
+    let section = &text[text.find("Ranks: 2").expect("the ranks section")..];
+    for line in text.lines() {
+        assert!(
+            line.chars().count() <= 100,
+            "line wider than 100 columns: {line}"
+        );
+    }
+    insta::assert_snapshot!("text_ranks_hta_trace_filter", section);
+    // The document reads back as what was written; single-rank documents have no `ranks`.
+    let back: Analysis = serde_json::from_str(&serde_json::to_string(&a).unwrap()).unwrap();
+    assert_eq!(back, a);
+    let single = run(fuseprof_fixtures::KINETO[1], &cfg);
+    assert!(serde_json::to_value(&single)
+        .unwrap()
+        .get("ranks")
+        .is_none());
+}
+
 /// A JSON document with every table cut to its first rows, so snapshots stay readable.
 fn trimmed_json(a: &Analysis, rows: usize) -> serde_json::Value {
     let mut v = serde_json::to_value(a).unwrap();
@@ -234,6 +358,7 @@ fn invariants_hold_on_every_fixture() {
             .kernel_time_ns;
         let a = run(&rel, &AnalyzeConfig::default());
         check_invariants(&rel, &a, Some(kernel_ns));
+        check_rank_invariants(&rel, &a);
         // Every step on its own keeps them too, and its totals are the step row's.
         for k in 0..a.steps.steps.len().min(3) {
             let cfg = AnalyzeConfig {

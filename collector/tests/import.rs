@@ -462,3 +462,355 @@ fn imports_advance_the_progress_counters_to_the_end() {
         }
     }
 }
+
+// ---- ranks of one distributed job ----------------------------------------------------------
+
+mod ranks {
+    use super::*;
+    use fuseprof_collector::import::ranks::import_ranks;
+    use fuseprof_store::RankInfo;
+
+    fn rank_paths() -> Vec<PathBuf> {
+        fixtures::KINETO_RANKS
+            .iter()
+            .map(|p| fixtures::path(p))
+            .collect()
+    }
+
+    /// The rank-1 trace as JSON, changed by `edit`, written gzip-free under `name`.
+    fn edited_rank1(dir: &Path, name: &str, edit: impl FnOnce(&mut serde_json::Value)) -> PathBuf {
+        let mut v: serde_json::Value =
+            serde_json::from_slice(&read_gz(&fixtures::path(fixtures::KINETO_RANKS[1]))).unwrap();
+        edit(&mut v);
+        write(dir, name, &serde_json::to_vec(&v).unwrap())
+    }
+
+    /// Shifts every timestamp by `by_us` (the trace's clock starts elsewhere).
+    fn shift(v: &mut serde_json::Value, by_us: i64) {
+        for e in v["traceEvents"].as_array_mut().unwrap() {
+            if let Some(ts) = e.get("ts").and_then(|t| t.as_i64()) {
+                e["ts"] = (ts + by_us).into();
+            }
+        }
+    }
+
+    fn ranks_of(path: &Path) -> Vec<RankInfo> {
+        Store::open(path).unwrap().ranks().unwrap()
+    }
+
+    fn left_in(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn two_hta_ranks_merge_into_one_run_with_each_rank_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("job.sqlite");
+        // Given in reverse order: the ranks come from the traces.
+        let mut inputs = rank_paths();
+        inputs.reverse();
+        let report = import_ranks(&inputs, &out, &ImportOptions::default()).unwrap();
+        assert_eq!(left_in(dir.path()), ["job.sqlite"]);
+        let ranks = ranks_of(&out);
+        assert_eq!(ranks, report.ranks);
+        assert_eq!(ranks.len(), 2);
+        for (i, r) in ranks.iter().enumerate() {
+            assert_eq!(r.rank, i as i64);
+            assert_eq!(r.rank_source, "trace");
+            assert_eq!(r.world_size, Some(128));
+            assert_eq!(r.backend.as_deref(), Some("nccl"));
+            // Timestamps are Unix-epoch microseconds: the wall clock, as it is.
+            assert_eq!(r.clock, "wall_clock");
+            assert_eq!(r.collectives, 10);
+        }
+        // The sampled traces miss some kernels: half of rank 1's collectives find a partner,
+        // their ends agree within a few hundred microseconds, and no correction is needed.
+        assert_eq!(ranks[1].matched_collectives, 5);
+        assert!(ranks[1].residual_ns.unwrap() < 400_000, "{:?}", ranks[1]);
+        assert!(
+            ranks[1].clock_correction_ns.abs() < 100_000,
+            "{:?}",
+            ranks[1]
+        );
+
+        // Every record of both traces, each rank's on its own process and GPU.
+        let mut whole = Tally::default();
+        for p in rank_paths() {
+            let (t, _) = tally_kineto(&p);
+            whole.kernels += t.kernels;
+            whole.memcpys += t.memcpys;
+            whole.memsets += t.memsets;
+            whole.runtime += t.runtime;
+            whole.flows += t.flows;
+        }
+        let merged = tally_store(&out);
+        assert_eq!(
+            (
+                merged.kernels,
+                merged.memcpys,
+                merged.memsets,
+                merged.runtime,
+                merged.flows
+            ),
+            (
+                whole.kernels,
+                whole.memcpys,
+                whole.memsets,
+                whole.runtime,
+                whole.flows
+            )
+        );
+        let mut s = Store::open(&out).unwrap();
+        let procs = s.process_ranks().unwrap();
+        assert!(
+            procs.contains(&(4037, 0)) && procs.contains(&(4045, 1)),
+            "{procs:?}"
+        );
+        let devices = s.device_ranks().unwrap();
+        assert_eq!(devices, [(0, 0, 0), (1, 1, 1)]);
+        let mut per_device: BTreeMap<i64, (u64, BTreeMap<Option<i64>, u64>)> = BTreeMap::new();
+        s.for_each_kernel(|k| {
+            let e = per_device.entry(k.device_id).or_default();
+            e.0 += 1;
+            *e.1.entry(k.pid).or_default() += 1;
+        })
+        .unwrap();
+        assert_eq!(per_device[&0].0, 1154);
+        assert_eq!(per_device[&1].0, 1104);
+        // The kernels' launching process is the rank's own (or unknown), never the other's.
+        assert!(!per_device[&0].1.contains_key(&Some(4045)));
+        assert!(!per_device[&1].1.contains_key(&Some(4037)));
+        // One string table: each text once.
+        let strings = s.strings().unwrap();
+        let mut seen = std::collections::HashSet::new();
+        for i in 1..=strings.len() as i64 {
+            assert!(seen.insert(strings.get(fuseprof_store::StrId(i)).to_string()));
+        }
+    }
+
+    #[test]
+    fn a_rank_on_its_own_clock_is_aligned_by_its_collectives() {
+        let dir = tempfile::tempdir().unwrap();
+        // Rank 1 as a trace whose clock starts near zero (no wall-clock base).
+        const SHIFT_US: i64 = -1_682_725_800_000_000 + 123_456;
+        let r1 = edited_rank1(dir.path(), "r1.json", |v| shift(v, SHIFT_US));
+        let out = dir.path().join("job.sqlite");
+        let inputs = [rank_paths()[0].clone(), r1];
+        let report = import_ranks(&inputs, &out, &ImportOptions::default()).unwrap();
+        let r = &report.ranks[1];
+        assert_eq!(r.clock, "collectives");
+        // Shifted back to within a millisecond of where it was recorded.
+        assert!(
+            (r.clock_offset_ns + SHIFT_US * 1000).abs() < 1_000_000,
+            "{r:?}"
+        );
+        assert_eq!(r.matched_collectives, 5);
+
+        // With its collectives renamed too, nothing can align it: flagged, not refused.
+        let r1 = edited_rank1(dir.path(), "r1b.json", |v| {
+            shift(v, SHIFT_US);
+            for e in v["traceEvents"].as_array_mut().unwrap() {
+                if let Some(n) = e["name"].as_str().filter(|n| n.contains("nccl")) {
+                    e["name"] = n.replace("nccl", "xyz").into();
+                }
+            }
+        });
+        let out = dir.path().join("job2.sqlite");
+        let report = import_ranks(
+            &[rank_paths()[0].clone(), r1],
+            &out,
+            &ImportOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(report.ranks[1].clock, "unaligned");
+        assert_eq!(report.ranks[1].clock_offset_ns, 0);
+        assert!(
+            report
+                .notes
+                .iter()
+                .any(|n| n.contains("rank 1") && n.contains("own clock")),
+            "{:?}",
+            report.notes
+        );
+    }
+
+    #[test]
+    fn a_wall_clock_base_is_applied_and_its_error_corrected_by_the_collectives() {
+        let dir = tempfile::tempdir().unwrap();
+        // Rank 1 written as newer PyTorch writes it: timestamps relative to a wall-clock base.
+        const BASE_US: i64 = 1_682_725_800_000_000;
+        let r1 = edited_rank1(dir.path(), "r1.json", |v| {
+            shift(v, -BASE_US);
+            v["baseTimeNanoseconds"] = (BASE_US * 1000).into();
+        });
+        let out = dir.path().join("job.sqlite");
+        let inputs = [rank_paths()[0].clone(), r1];
+        let report = import_ranks(&inputs, &out, &ImportOptions::default()).unwrap();
+        let r = &report.ranks[1];
+        assert_eq!(r.clock, "wall_clock");
+        assert_eq!(r.clock_offset_ns - r.clock_correction_ns, BASE_US * 1000);
+        assert!(r.clock_correction_ns.abs() < 100_000, "{r:?}");
+        // A base 0.7 s off (a host clock that drifted, a base cut to whole seconds): the
+        // collectives put the rank back.
+        let r1 = edited_rank1(dir.path(), "r1b.json", |v| {
+            shift(v, -BASE_US);
+            v["baseTimeNanoseconds"] = (BASE_US * 1000 + 700_000_000).into();
+        });
+        let out = dir.path().join("job2.sqlite");
+        let report = import_ranks(
+            &[rank_paths()[0].clone(), r1],
+            &out,
+            &ImportOptions::default(),
+        )
+        .unwrap();
+        let r = &report.ranks[1];
+        assert_eq!(r.clock, "wall_clock");
+        assert!(
+            (r.clock_correction_ns + 700_000_000).abs() < 1_000_000,
+            "{r:?}"
+        );
+        assert!(
+            (r.clock_offset_ns - BASE_US * 1000).abs() < 1_000_000,
+            "{r:?}"
+        );
+    }
+
+    #[test]
+    fn ranks_come_from_file_names_when_the_trace_has_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = edited_rank1(dir.path(), "job_rank7.json", |v| {
+            v.as_object_mut().unwrap().remove("distributedInfo");
+        });
+        let b = edited_rank1(dir.path(), "job_rank-3.json", |v| {
+            v.as_object_mut().unwrap().remove("distributedInfo");
+        });
+        let out = dir.path().join("job.sqlite");
+        let report = import_ranks(&[a, b], &out, &ImportOptions::default()).unwrap();
+        let got: Vec<(i64, &str)> = report
+            .ranks
+            .iter()
+            .map(|r| (r.rank, r.rank_source.as_str()))
+            .collect();
+        assert_eq!(got, [(3, "file_name"), (7, "file_name")]);
+        // The same trace twice: every pid and GPU of the second is renumbered.
+        let devices = Store::open(&out).unwrap().device_ranks().unwrap();
+        assert_eq!(devices, [(1, 3, 1), (7001, 7, 1)]);
+    }
+
+    /// Runs a multi-rank import expected to fail: one line naming the file, nothing left.
+    fn expect_ranks_failure(inputs: &[PathBuf], dir: &Path, needle: &str) -> String {
+        let before = left_in(dir);
+        let out = dir.join("job.sqlite");
+        let err = import_ranks(inputs, &out, &ImportOptions::default())
+            .expect_err("the merge should fail")
+            .to_string();
+        assert!(err.contains(needle), "{err:?} should contain {needle:?}");
+        assert!(!err.contains('\n'), "one line: {err:?}");
+        assert_eq!(left_in(dir), before, "files left behind");
+        err
+    }
+
+    #[test]
+    fn bad_rank_sets_are_refused_with_nothing_left() {
+        let dir = tempfile::tempdir().unwrap();
+        // One rank's file truncated.
+        let json = read_gz(&fixtures::path(fixtures::KINETO_RANKS[1]));
+        let cut = write(dir.path(), "rank-1.json", &json[..json.len() * 2 / 3]);
+        let err = expect_ranks_failure(&[rank_paths()[0].clone(), cut], dir.path(), "ends early");
+        assert!(err.contains("rank-1.json"), "{err}");
+        // The same rank twice.
+        let twin = edited_rank1(dir.path(), "twin.json", |_| {});
+        let err = expect_ranks_failure(&[rank_paths()[1].clone(), twin], dir.path(), "rank 1");
+        assert!(err.contains("twin.json"), "{err}");
+        // A rank of another job (another world size).
+        let other = edited_rank1(dir.path(), "other.json", |v| {
+            v["distributedInfo"]["world_size"] = 64.into();
+        });
+        expect_ranks_failure(&[rank_paths()[0].clone(), other], dir.path(), "another job");
+        // A rank recorded a day later.
+        let later = edited_rank1(dir.path(), "later.json", |v| shift(v, 86_400_000_000));
+        expect_ranks_failure(
+            &[rank_paths()[0].clone(), later],
+            dir.path(),
+            "different jobs",
+        );
+        // An nsys export among them.
+        let nsys = fixtures::path(fixtures::NSYS[0]);
+        expect_ranks_failure(&[rank_paths()[0].clone(), nsys], dir.path(), "nsys export");
+    }
+
+    #[test]
+    fn a_two_gpu_nsys_export_becomes_one_rank_per_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("run.sqlite");
+        import(
+            &fixtures::path(fixtures::NSYS[0]),
+            &out,
+            &ImportOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(left_in(dir.path()), ["run.sqlite"]);
+        let mut s = Store::open(&out).unwrap();
+        let ranks = s.ranks().unwrap();
+        assert_eq!(ranks.len(), 2);
+        assert!(ranks
+            .iter()
+            .all(|r| r.clock == "same_clock" && r.rank_source == "device"));
+        // 33 SendRecv kernels per GPU, every one paired, ends within 50 us (median).
+        assert_eq!(
+            (ranks[1].collectives, ranks[1].matched_collectives),
+            (33, 33)
+        );
+        assert!(ranks[1].residual_ns.unwrap() < 50_000, "{:?}", ranks[1]);
+        assert_eq!(s.process_ranks().unwrap(), [(144, 0), (145, 1)]);
+        assert_eq!(s.device_ranks().unwrap(), [(0, 0, 0), (1, 1, 1)]);
+    }
+
+    #[test]
+    fn a_run_of_a_whole_job_is_labelled_in_place_as_collect_does() {
+        // The 2-GPU export with its labels taken off stands for a collected torchrun job.
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("run.sqlite");
+        import(
+            &fixtures::path(fixtures::NSYS[1]),
+            &out,
+            &ImportOptions::default(),
+        )
+        .unwrap();
+        sqlite_with(
+            dir.path(),
+            "run.sqlite",
+            "DELETE FROM ranks; UPDATE processes SET rank = NULL; UPDATE devices SET rank = NULL;",
+        );
+        assert!(ranks_of(&out).is_empty());
+        let ranks =
+            fuseprof_collector::import::ranks::label_ranks_in_place(&out, "collect").unwrap();
+        assert_eq!(ranks, ranks_of(&out));
+        assert_eq!(ranks.len(), 2);
+        assert_eq!(
+            (ranks[1].collectives, ranks[1].matched_collectives),
+            (31, 31)
+        );
+        assert_eq!(Store::open(&out).unwrap().process_ranks().unwrap().len(), 2);
+        // A run of one process stays as it is.
+        let one = dir.path().join("one.sqlite");
+        let input = fixtures::path("kineto/hta_critical_path_alexnet_trace.json.gz");
+        import(&input, &one, &ImportOptions::default()).unwrap();
+        let ranks = fuseprof_collector::import::ranks::label_ranks_in_place(&one, "x").unwrap();
+        assert!(ranks.is_empty() && ranks_of(&one).is_empty());
+    }
+
+    #[test]
+    fn a_single_gpu_run_has_no_ranks() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("run.sqlite");
+        let input = fixtures::path("kineto/hta_critical_path_alexnet_trace.json.gz");
+        import(&input, &out, &ImportOptions::default()).unwrap();
+        assert!(ranks_of(&out).is_empty());
+    }
+}

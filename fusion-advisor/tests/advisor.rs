@@ -550,9 +550,9 @@ EOF"#,
     assert!(text.contains("1 of 2 passed the numerics gate"), "{text}");
     assert!(out.is_file());
 
-    // The store was migrated to schema 2 and holds both results.
+    // The store was migrated to the current schema and holds both results.
     let mut store = Store::open(&run).unwrap();
-    assert_eq!(store.schema_version, 2);
+    assert_eq!(store.schema_version, fuseprof_store::SCHEMA_VERSION);
     let rows = store.bench_results().unwrap();
     assert_eq!(rows.len(), 2);
     assert!(rows

@@ -25,6 +25,7 @@
 mod error;
 mod model;
 mod names;
+mod ranks;
 mod raw;
 mod reader;
 mod results;
@@ -33,6 +34,10 @@ mod writer;
 pub use error::{Error, Result};
 pub use model::*;
 pub use names::{parse_range_name, ParsedName};
+pub use ranks::{
+    align_collectives, match_collectives, merge_ranks, publish_with_ranks, write_ranks, Alignment,
+    Collective, MergePart, MergeReport, RankInfo,
+};
 pub use reader::{
     schema_text_is_utf8, ApiSpan, Direction, GpuKind, GpuSpan, HostSpan, Info, PassApiCall,
     PassKernel, PassMemop, PassRange, RowEstimates, Store, Strings, TableCounts, SCHEMA_NOT_UTF8,
@@ -41,4 +46,4 @@ pub use results::{record_bench_results, BenchResult};
 pub use writer::{Counts, CreateOptions, Writer};
 
 /// The schema version this build writes and the newest it reads.
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;

@@ -345,6 +345,10 @@ pub fn run(cfg: &CollectConfig) -> Result<CollectOutcome> {
         cfg.capture.env_value().unwrap_or_else(|| "all".into()),
     );
     let counts = writer.finish(info)?;
+    // A torchrun job: one rank per process that drives a GPU of its own.
+    if let Err(e) = crate::import::ranks::label_ranks_in_place(&staging, "fuseprof collect") {
+        warnings.push(format!("the ranks of the job could not be labelled: {e}"));
+    }
     let output = publish(&staging, &cfg.output, cfg.overwrite, &mut warnings)?;
     let ingest_seconds = ingest_started.elapsed().as_secs_f64();
     drop(forwarding);

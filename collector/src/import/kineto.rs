@@ -605,6 +605,16 @@ struct DeviceProps<'a> {
     num_sms: Option<i64>,
 }
 
+#[derive(Deserialize)]
+struct DistributedInfo<'a> {
+    #[serde(borrow)]
+    rank: Option<Num<'a>>,
+    #[serde(borrow)]
+    world_size: Option<Num<'a>>,
+    #[serde(borrow)]
+    backend: Option<Num<'a>>,
+}
+
 struct TopLevel<'s, 'w> {
     sink: &'s mut Sink<'w>,
 }
@@ -660,6 +670,29 @@ impl<'de> Visitor<'de> for TopLevel<'_, '_> {
                     self.sink.run.cuda_driver_version = Some(scalar(&mut map)?)
                 }
                 "schemaVersion" => self.sink.run.tool_version = Some(scalar(&mut map)?),
+                // A distributed job's rank, and the wall-clock base of the timestamps: kept
+                // as meta for merging ranks (`super::ranks`).
+                "distributedInfo" => {
+                    let info: DistributedInfo<'de> = map.next_value()?;
+                    let w = &mut *self.sink.w;
+                    let fields = [
+                        ("distributed_rank", info.rank),
+                        ("distributed_world_size", info.world_size),
+                        ("distributed_backend", info.backend),
+                    ];
+                    for (key, value) in fields {
+                        match value {
+                            Some(Num::Text(t)) => w.meta(key, t),
+                            Some(n) => w.meta(key, n.into_i64().unwrap_or_default()),
+                            None => {}
+                        }
+                    }
+                }
+                "baseTimeNanoseconds" => {
+                    if let Some(ns) = map.next_value::<Num<'de>>()?.into_i64() {
+                        self.sink.w.meta("base_time_ns", ns);
+                    }
+                }
                 _ => {
                     map.next_value::<IgnoredAny>()?;
                 }

@@ -5,6 +5,7 @@
 
 pub mod kineto;
 pub mod nsys;
+pub mod ranks;
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -132,7 +133,8 @@ pub fn import(input: &Path, output: &Path, options: &ImportOptions) -> Result<Im
     let progress = options.progress.as_deref();
     match format {
         Format::Kineto => kineto::import(input, output, create, progress),
-        Format::Nsys => nsys::import(input, output, create, progress),
+        // One export may hold a whole job: its processes become the run's ranks.
+        Format::Nsys => ranks::import_nsys_labelled(input, output, options).map(|(r, _)| r),
     }
 }
 
