@@ -345,7 +345,31 @@ fn trimmed_json(a: &Analysis, rows: usize) -> serde_json::Value {
             arr.truncate(rows);
         }
     }
+    file_names_only(&mut v);
     v
+}
+
+/// Source paths reduced to their file names: the snapshots must not depend on where the
+/// checkout is.
+fn file_names_only(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(map) => {
+            for (k, x) in map.iter_mut() {
+                if k == "source_path" {
+                    if let Some(p) = x.as_str() {
+                        let name = std::path::Path::new(p)
+                            .file_name()
+                            .map_or(p.to_string(), |n| n.to_string_lossy().into_owned());
+                        *x = serde_json::Value::String(name);
+                    }
+                } else {
+                    file_names_only(x);
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(file_names_only),
+        _ => {}
+    }
 }
 
 #[test]
