@@ -46,6 +46,7 @@ mod error;
 pub mod format;
 pub mod model;
 pub mod run;
+pub mod summary;
 mod term;
 mod ui;
 
