@@ -96,13 +96,51 @@ pub fn read_lanes(
 /// it is now).
 pub fn read_analysis(store: &mut Store) -> Option<(Analysis, OpTree)> {
     let data = store.summary(ANALYSIS, ANALYSIS_VERSION).ok()??;
-    decode_analysis(&data)
+    let (mut a, tree) = decode_analysis(&data)?;
+    // The file's name now, as the analyzer gives it (the run may have been renamed since).
+    let path = store.path();
+    a.run.file = path.file_name().map_or_else(
+        || path.display().to_string(),
+        |f| f.to_string_lossy().into(),
+    );
+    Some((a, tree))
 }
 
-/// Keeps a timeline summary in the run; the caller logs a failure (a read-only run keeps
-/// none, and is summarised again next time).
+/// Writes under way from [`keep`]: the explorer waits for them before it exits, because a
+/// write cut short leaves a hot journal that read-only opens of the run refuse.
+/// (writes under way, whether the explorer is exiting).
+static KEEPING: (std::sync::Mutex<(usize, bool)>, std::sync::Condvar) =
+    (std::sync::Mutex::new((0, false)), std::sync::Condvar::new());
+
+/// Keeps a summary in the run (the explorer's own, for a run that lacks it); the caller logs
+/// a failure (a read-only run keeps none, and is summarised again next time).
 pub fn keep(path: &Path, name: &str, version: &str, data: &[u8]) -> Result<()> {
+    struct InFlight;
+    impl Drop for InFlight {
+        fn drop(&mut self) {
+            let mut k = KEEPING.0.lock().unwrap_or_else(|e| e.into_inner());
+            k.0 -= 1;
+            KEEPING.1.notify_all();
+        }
+    }
+    {
+        let mut k = KEEPING.0.lock().unwrap_or_else(|e| e.into_inner());
+        if k.1 {
+            // Exiting: not started now, so not cut short.
+            return Ok(());
+        }
+        k.0 += 1;
+    }
+    let _in_flight = InFlight;
     fuseprof_store::write_summary(path, name, version, data).map_err(Error::from)
+}
+
+/// Before the process exits: no [`keep`] starts from now on, and this waits (at most `max`)
+/// until those under way are done.
+pub fn wait_for_keeps(max: std::time::Duration) {
+    let mut k = KEEPING.0.lock().unwrap_or_else(|e| e.into_inner());
+    k.1 = true;
+    let _ = KEEPING.1.wait_timeout_while(k, max, |k| k.0 > 0);
 }
 
 // ---- the analysis ----------------------------------------------------------------------
@@ -526,11 +564,13 @@ mod tests {
     fn kept_summaries_draw_the_same_screens() {
         let (_dir, path) = swin();
         let derived = screens(&path, crate::Loading::Blocking, false);
-        // The same file name (the title shows it), elsewhere.
+        // Kept, then renamed (the title and the analysis name the file as it is now).
         let kept_dir = tempfile::tempdir().unwrap();
         let kept_path = kept_dir.path().join(path.file_name().unwrap());
-        std::fs::copy(&path, &kept_path).unwrap();
-        write(&kept_path).unwrap();
+        let before_rename = kept_dir.path().join("imported.sqlite");
+        std::fs::copy(&path, &before_rename).unwrap();
+        write(&before_rename).unwrap();
+        std::fs::rename(&before_rename, &kept_path).unwrap();
         let kept = screens(&kept_path, crate::Loading::Blocking, false);
         for (i, (k, d)) in kept.iter().zip(&derived).enumerate() {
             assert!(k == d, "screen {i} differs:\n{k}\n---\n{d}");
