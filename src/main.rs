@@ -471,7 +471,9 @@ fn run(command: Command) -> Result<ExitCode> {
                 outcome.cupti_dropped,
                 outcome.nvtx_dropped
             );
-            keep_summaries(&outcome.output);
+            if outcome.output.is_file() {
+                keep_summaries(&outcome.output);
+            }
             return Ok(ExitCode::from(outcome.exit_code.clamp(0, 255) as u8));
         }
         Command::Import {
