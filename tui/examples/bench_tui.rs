@@ -19,7 +19,8 @@
 //! the frame that shows the table). Peak RSS is the child's VmHWM, after the timeline session
 //! and after the hotspot view. Prints a Markdown table; the `summaries` column says whether the
 //! run had the explorer's summaries kept in it (`fuseprof import` keeps them).
-//! `--measure STORE` runs one child alone; `--keep STORE...` keeps the summaries in each run as
+//! `--measure STORE` runs one child alone (`BENCH_TUI_KEEP=1`: keeping what it derives in a
+//! run without summaries, as `fuseprof tui` does); `--keep STORE...` keeps the summaries in each run as
 //! `fuseprof import` does, one child each on one core, and prints its time and peak RSS.
 
 use std::path::{Path, PathBuf};
@@ -58,6 +59,8 @@ fn measure(path: &Path) {
     // The timeline alone: the analysis (hotspots, tree) starts when a view needs it, and its
     // cost is analyzer/BENCH.md's.
     cfg.auto_analyze_max_kernels = 0;
+    // BENCH_TUI_KEEP: keep what it derives in the run, as `fuseprof tui` does.
+    cfg.keep_summaries = std::env::var_os("BENCH_TUI_KEEP").is_some();
     let mut app = App::new(cfg).expect("open");
     let mut term = Terminal::new(TestBackend::new(W, H)).unwrap();
     let mut draw = |app: &mut App| {
