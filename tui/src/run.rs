@@ -749,7 +749,7 @@ impl RunState {
                 let kept = crate::summary::keep(
                     &path,
                     crate::summary::ANALYSIS,
-                    crate::summary::ANALYSIS_VERSION,
+                    &crate::summary::analysis_version(),
                     &bytes,
                 );
                 if let Err(e) = kept {

@@ -25,9 +25,17 @@ use crate::{Error, Result};
 pub const LANES: &str = "tui-lanes";
 pub const ANALYSIS: &str = "tui-analysis";
 
-/// Format versions: a summary written by another one is not read.
+/// Format versions: a summary written by another one is not read. Bump them when what is
+/// kept changes meaning: the lane bins or their keys (`LANES_VERSION`), the analyzer's numbers
+/// or the tree (`analysis_version` also follows the analyzer's JSON version).
 pub const LANES_VERSION: &str = concat!("fuseprof-tui lanes 1, ", env!("CARGO_PKG_VERSION"));
-pub const ANALYSIS_VERSION: &str = concat!("fuseprof-tui analysis 1, ", env!("CARGO_PKG_VERSION"));
+pub fn analysis_version() -> String {
+    format!(
+        "fuseprof-tui analysis 1, {}, analysis JSON {}",
+        env!("CARGO_PKG_VERSION"),
+        fuseprof_analyzer::JSON_VERSION
+    )
+}
 
 const MAGIC: &[u8; 4] = b"FPL1";
 
@@ -58,7 +66,7 @@ pub fn write(path: &Path) -> Result<Written> {
     fuseprof_store::write_summary(path, LANES, LANES_VERSION, &lanes)?;
     let analysis_bytes = match analysis {
         Ok(Some(bytes)) => {
-            fuseprof_store::write_summary(path, ANALYSIS, ANALYSIS_VERSION, &bytes)?;
+            fuseprof_store::write_summary(path, ANALYSIS, &analysis_version(), &bytes)?;
             Ok(bytes.len())
         }
         Ok(None) => Err("the analysis does not serialise".into()),
@@ -95,7 +103,7 @@ pub fn read_lanes(
 /// The run's kept whole-run analysis and operator tree, if any (for this build and the run as
 /// it is now).
 pub fn read_analysis(store: &mut Store) -> Option<(Analysis, OpTree)> {
-    let data = store.summary(ANALYSIS, ANALYSIS_VERSION).ok()??;
+    let data = store.summary(ANALYSIS, &analysis_version()).ok()??;
     let (mut a, tree) = decode_analysis(&data)?;
     // The file's name now, as the analyzer gives it (the run may have been renamed since).
     let path = store.path();
