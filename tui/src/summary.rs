@@ -28,7 +28,7 @@ pub const ANALYSIS: &str = "tui-analysis";
 /// Format versions: a summary written by another one is not read. Bump them when what is
 /// kept changes meaning: the lane bins or their keys (`LANES_VERSION`), the analyzer's numbers
 /// or the tree (`analysis_version` also follows the analyzer's JSON version).
-pub const LANES_VERSION: &str = concat!("fuseprof-tui lanes 1, ", env!("CARGO_PKG_VERSION"));
+pub const LANES_VERSION: &str = concat!("fuseprof-tui lanes 2, ", env!("CARGO_PKG_VERSION"));
 pub fn analysis_version() -> String {
     format!(
         "fuseprof-tui analysis 1, {}, analysis JSON {}",
@@ -37,7 +37,7 @@ pub fn analysis_version() -> String {
     )
 }
 
-const MAGIC: &[u8; 4] = b"FPL1";
+const MAGIC: &[u8; 4] = b"FPL2";
 
 /// What [`write`] kept.
 #[derive(Clone, Debug, PartialEq)]
@@ -235,8 +235,8 @@ pub fn decode_analysis(data: &[u8]) -> Option<(Analysis, OpTree)> {
 // ---- the timeline summary --------------------------------------------------------------
 
 /// Encodes the summary pass's parts as they come: a header (the bins' origin and width),
-/// then per part its table, its name flags and its lanes (finest bins that hold anything,
-/// long records), in LEB128 varints.
+/// then per part its table, its name flags and its lanes (finest bins that hold anything, as
+/// runs of equal bins; long records), in LEB128 varints.
 pub struct LaneEncoder {
     out: Vec<u8>,
 }
@@ -360,17 +360,29 @@ impl LaneEncoder {
             put(out, tag);
             put(out, d);
             let l0 = &bins.levels[0];
-            let used: Vec<usize> = (0..l0.busy.len())
-                .filter(|&i| l0.busy[i] != 0 || l0.count[i] != 0 || l0.key[i] != 0)
-                .collect();
-            put(out, used.len() as u64);
-            let mut prev = 0usize;
-            for i in used {
-                put(out, (i - prev) as u64);
-                prev = i;
-                put(out, l0.busy[i]);
-                put(out, l0.count[i] as u64);
-                put(out, l0.key[i] as u64);
+            // Runs of equal bins that hold anything (a long record fills many bins alike):
+            // (gap since the last run's end, length, busy, count, key).
+            let bin = |i: usize| (l0.busy[i], l0.count[i], l0.key[i]);
+            let mut runs: Vec<(usize, usize)> = Vec::new();
+            for i in 0..l0.busy.len() {
+                if bin(i) == (0, 0, 0) {
+                    continue;
+                }
+                match runs.last_mut() {
+                    Some((start, len)) if *start + *len == i && bin(*start) == bin(i) => *len += 1,
+                    _ => runs.push((i, 1)),
+                }
+            }
+            put(out, runs.len() as u64);
+            let mut end = 0usize;
+            for (start, len) in runs {
+                put(out, (start - end) as u64);
+                put(out, len as u64);
+                end = start + len;
+                let (busy, count, key) = bin(start);
+                put(out, busy);
+                put(out, count as u64);
+                put(out, key as u64);
             }
             put(out, bins.long.len() as u64);
             for s in &bins.long {
@@ -441,16 +453,18 @@ pub fn decode_lanes(
                 count: vec![0; SUMMARY_BINS],
                 key: vec![0; SUMMARY_BINS],
             };
-            let used = r.n(SUMMARY_BINS)?;
-            let mut at = 0usize;
-            for _ in 0..used {
-                at += r.n(SUMMARY_BINS)?;
-                if at >= SUMMARY_BINS {
+            let runs = r.n(SUMMARY_BINS)?;
+            let mut end = 0usize;
+            for _ in 0..runs {
+                let start = end + r.n(SUMMARY_BINS)?;
+                end = start + r.n(SUMMARY_BINS)?;
+                if end > SUMMARY_BINS {
                     return None;
                 }
-                l0.busy[at] = r.u()?;
-                l0.count[at] = r.u32()?;
-                l0.key[at] = r.u32()?;
+                let (busy, count, key) = (r.u()?, r.u32()?, r.u32()?);
+                l0.busy[start..end].fill(busy);
+                l0.count[start..end].fill(count);
+                l0.key[start..end].fill(key);
             }
             let long_n = r.n(data.len())?;
             let mut long = Vec::with_capacity(long_n);
