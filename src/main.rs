@@ -343,6 +343,28 @@ enum Command {
     },
 }
 
+/// Derives what `fuseprof tui` reads at open (the timeline's whole-run summary, the whole-run
+/// analysis) and keeps it in the run just written; a failure only costs the explorer time.
+fn keep_summaries(run: &std::path::Path) {
+    let t = std::time::Instant::now();
+    match fuseprof_tui::summary::write(run) {
+        Ok(w) => {
+            note!(
+                "kept the explorer's summaries in the run ({} KB, analysis: {}) in {:.2} s",
+                (w.lanes_bytes + w.analysis_bytes.as_ref().map_or(0, |b| *b)) / 1024,
+                match &w.analysis_bytes {
+                    Ok(_) => "kept".to_string(),
+                    Err(e) => format!("none, {e}"),
+                },
+                t.elapsed().as_secs_f64()
+            );
+        }
+        // Nothing for a GPU timeline: the explorer refuses such runs anyway.
+        Err(fuseprof_tui::Error::NoGpuWork { .. }) => {}
+        Err(e) => note!("fuseprof: warning: no summaries kept for the explorer: {e}"),
+    }
+}
+
 fn parse_group_by(s: &str) -> Result<GroupBy, String> {
     GroupBy::parse(s).ok_or_else(|| format!("{s:?}: expected op, shape, module, kernel or class"))
 }
@@ -459,6 +481,9 @@ fn run(command: Command) -> Result<ExitCode> {
             if let Ok(ranks) = Store::open(&outcome.output).and_then(|mut s| s.ranks()) {
                 print_ranks(&ranks);
             }
+            if outcome.output.is_file() {
+                keep_summaries(&outcome.output);
+            }
             return Ok(ExitCode::from(outcome.exit_code.clamp(0, 255) as u8));
         }
         Command::Import {
@@ -497,6 +522,7 @@ fn run(command: Command) -> Result<ExitCode> {
                 for n in &report.notes {
                     note!("  note: {n}");
                 }
+                keep_summaries(&output);
                 return Ok(ExitCode::SUCCESS);
             }
             let input = &input[0];
@@ -525,6 +551,7 @@ fn run(command: Command) -> Result<ExitCode> {
             if report.format == Format::Nsys {
                 print_ranks(&Store::open(&output)?.ranks()?);
             }
+            keep_summaries(&output);
         }
         Command::Export { run, output, force } => {
             let mut store = Store::open(&run)?;
@@ -650,7 +677,11 @@ fn run(command: Command) -> Result<ExitCode> {
                 return Ok(ExitCode::from(2));
             }
         }
-        Command::Tui { runs } => fuseprof_tui::run(fuseprof_tui::TuiConfig::new(runs))?,
+        Command::Tui { runs } => {
+            let mut cfg = fuseprof_tui::TuiConfig::new(runs);
+            cfg.keep_summaries = true;
+            fuseprof_tui::run(cfg)?
+        }
         Command::Report {
             run,
             output,

@@ -29,6 +29,7 @@ mod ranks;
 mod raw;
 mod reader;
 mod results;
+mod summaries;
 mod writer;
 
 pub use error::{Error, Result};
@@ -43,6 +44,7 @@ pub use reader::{
     PassKernel, PassMemop, PassRange, RowEstimates, Store, Strings, TableCounts, SCHEMA_NOT_UTF8,
 };
 pub use results::{record_bench_results, BenchResult};
+pub use summaries::write_summary;
 pub use writer::{Counts, CreateOptions, Writer};
 
 /// The schema version this build writes and the newest it reads.

@@ -15,8 +15,13 @@
 //! with every lane known (the summary of every table in), then a scripted session of zooms,
 //! pans and selections: from each input to its next frame (the key handled, e.g. a
 //! selection's details read, and the frame drawn: what the user waits for) and how long until
-//! the view is refined (raw windows and details read). Peak RSS is the child's VmHWM. Prints a Markdown
-//! table. `--measure STORE` runs one child alone.
+//! the view is refined (raw windows and details read), then the hotspot view (from its key to
+//! the frame that shows the table). Peak RSS is the child's VmHWM, after the timeline session
+//! and after the hotspot view. Prints a Markdown table; the `summaries` column says whether the
+//! run had the explorer's summaries kept in it (`fuseprof import` keeps them).
+//! `--measure STORE` runs one child alone (`BENCH_TUI_KEEP=1`: keeping what it derives in a
+//! run without summaries, as `fuseprof tui` does); `--keep STORE...` keeps the summaries in each run as
+//! `fuseprof import` does, one child each on one core, and prints its time and peak RSS.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -54,6 +59,8 @@ fn measure(path: &Path) {
     // The timeline alone: the analysis (hotspots, tree) starts when a view needs it, and its
     // cost is analyzer/BENCH.md's.
     cfg.auto_analyze_max_kernels = 0;
+    // BENCH_TUI_KEEP: keep what it derives in the run, as `fuseprof tui` does.
+    cfg.keep_summaries = std::env::var_os("BENCH_TUI_KEEP").is_some();
     let mut app = App::new(cfg).expect("open");
     let mut term = Terminal::new(TestBackend::new(W, H)).unwrap();
     let mut draw = |app: &mut App| {
@@ -153,6 +160,21 @@ fn measure(path: &Path) {
             );
         }
     }
+    let timeline_rss = peak_rss_mb();
+
+    // The hotspot view: from the key to the frame that shows its table (the analysis read
+    // from the run's summary, or computed), and the peak memory after it.
+    let h = Instant::now();
+    app.on_key(KeyEvent::new(KeyCode::Char('2'), KeyModifiers::NONE));
+    draw(&mut app);
+    while app.runs[0].ready_analysis(None).is_none() && h.elapsed() < Duration::from_secs(300) {
+        std::thread::sleep(Duration::from_millis(2));
+        if app.poll() {
+            draw(&mut app);
+        }
+    }
+    draw(&mut app);
+    let hotspot_s = h.elapsed().as_secs_f64();
     let n = frames.len();
     let worst = frames.iter().cloned().fold(0.0, f64::max);
     let median = pct(&mut frames, 0.5);
@@ -160,9 +182,11 @@ fn measure(path: &Path) {
     let settle_median = pct(&mut settles, 0.5);
     let rows = &app.runs[0].meta.rows;
     println!(
-        "RESULT kernels={} ranges={} api_calls={} first_frame_s={first:.3} complete_frame_s={complete:.3} full_frame_s={full:.3} \
+        "RESULT kept={} kernels={} ranges={} api_calls={} first_frame_s={first:.3} complete_frame_s={complete:.3} full_frame_s={full:.3} \
          summary_s={summary_s:.3} inputs={n} frame_median_ms={median:.2} frame_worst_ms={worst:.2} \
-         settle_median_ms={settle_median:.1} settle_worst_ms={settle_worst:.1} peak_rss_mb={:.0}",
+         settle_median_ms={settle_median:.1} settle_worst_ms={settle_worst:.1} peak_rss_mb={timeline_rss:.0} \
+         hotspot_s={hotspot_s:.3} hotspot_peak_rss_mb={:.0}",
+        if app.runs[0].summary_kept { "kept" } else { "none" },
         rows.kernels,
         rows.ranges,
         rows.api_calls,
@@ -177,8 +201,38 @@ fn main() {
         return;
     }
     let me = std::env::current_exe().unwrap();
-    println!("| store | kernels | ranges | API calls | size GB | first frame s | first full frame (sampled) s | exact frame (summary in) s | frame after input: median / worst ms | refined after input: median / worst ms | peak RSS MB |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    if args.first().map(String::as_str) == Some("--write") {
+        let t = Instant::now();
+        let w = fuseprof_tui::summary::write(Path::new(&args[1])).expect("keep the summaries");
+        println!(
+            "RESULT write_s={:.3} peak_rss_mb={:.0} lanes_kb={} analysis_kb={}",
+            t.elapsed().as_secs_f64(),
+            peak_rss_mb(),
+            w.lanes_bytes / 1024,
+            w.analysis_bytes
+                .map_or_else(|e| e, |b| (b / 1024).to_string())
+        );
+        return;
+    }
+    if args.first().map(String::as_str) == Some("--keep") {
+        for a in &args[1..] {
+            let out = Command::new("taskset")
+                .args(["-c", "0"])
+                .arg(&me)
+                .arg("--write")
+                .arg(a)
+                .output()
+                .expect("run the child");
+            println!(
+                "{a}: {}{}",
+                String::from_utf8_lossy(&out.stdout).trim(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        return;
+    }
+    println!("| store | summaries | kernels | ranges | API calls | size GB | first frame s | first full frame (sampled) s | exact frame (summary in) s | frame after input: median / worst ms | refined after input: median / worst ms | peak RSS MB | hotspot view s | peak RSS with hotspots MB |");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for a in &args {
         let store = PathBuf::from(a);
         let size = std::fs::metadata(&store).map_or(0.0, |m| m.len() as f64 / 1e9);
@@ -205,8 +259,9 @@ fn main() {
                 .to_string()
         };
         println!(
-            "| {} | {} | {} | {} | {size:.2} | {} | {} | {} | {} / {} | {} / {} | {} |",
+            "| {} | {} | {} | {} | {} | {size:.2} | {} | {} | {} | {} / {} | {} / {} | {} | {} | {} |",
             store.file_name().unwrap().to_string_lossy(),
+            get("kept"),
             get("kernels"),
             get("ranges"),
             get("api_calls"),
@@ -218,6 +273,8 @@ fn main() {
             get("settle_median_ms"),
             get("settle_worst_ms"),
             get("peak_rss_mb"),
+            get("hotspot_s"),
+            get("hotspot_peak_rss_mb"),
         );
     }
 }

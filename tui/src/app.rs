@@ -28,6 +28,10 @@ pub struct TuiConfig {
     /// Runs with more kernels than this are analysed only when a view needs the analysis
     /// (its memory grows with the run; the timeline's does not).
     pub auto_analyze_max_kernels: i64,
+    /// Keep what the explorer derives (the timeline's summary, the whole-run analysis) in a
+    /// run that lacks it, so that the next open reads it (`fuseprof tui` does; off here, so
+    /// that a library caller's files are left as they are).
+    pub keep_summaries: bool,
 }
 
 impl TuiConfig {
@@ -36,6 +40,7 @@ impl TuiConfig {
             runs,
             loading: Loading::Background,
             auto_analyze_max_kernels: 2_000_000,
+            keep_summaries: false,
         }
     }
 }
@@ -181,7 +186,7 @@ impl App {
     pub fn new(cfg: TuiConfig) -> Result<App> {
         let mut runs = Vec::new();
         for p in &cfg.runs {
-            runs.push(RunState::open(p, cfg.loading)?);
+            runs.push(RunState::open(p, cfg.loading, cfg.keep_summaries)?);
         }
         let (from_ns, to_ns) = (runs[0].meta.first_ns, runs[0].meta.last_ns);
         let n = runs.len();

@@ -46,6 +46,7 @@ mod error;
 pub mod format;
 pub mod model;
 pub mod run;
+pub mod summary;
 mod term;
 mod ui;
 
@@ -59,5 +60,8 @@ pub fn run(cfg: TuiConfig) -> Result<()> {
     // The files first: a wrong file is the more useful thing to hear about.
     let app = App::new(cfg)?;
     term::check_tty()?;
-    term::run(app)
+    let r = term::run(app);
+    // A summary being kept in the run is finished, not cut short (the terminal is back).
+    summary::wait_for_keeps(std::time::Duration::from_secs(15));
+    r
 }

@@ -95,7 +95,7 @@ pub struct Cell {
 
 /// One level of a lane's summary: `SUMMARY_BINS >> level` bins, each `bin_ns << level`
 /// wide.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Level {
     /// Time with a record running, per bin (records overlapping in one lane add up; a reader
     /// caps it at the bin's width).
@@ -108,7 +108,7 @@ pub struct Level {
 
 /// The summary of one lane over the whole run: the bins, and each coarser level made by
 /// merging pairs (a mipmap), so that a column of any width reads 16 to 32 bins.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct LaneBins {
     pub levels: Vec<Level>,
     /// Records at least [`LONG_BINS`] bins long, by start.
@@ -564,11 +564,22 @@ impl BinBuilder {
         };
         let mut long = self.long;
         long.sort_by_key(|l| (l.start_ns, std::cmp::Reverse(l.end_ns)));
-        let mut levels = vec![Level {
-            busy: self.busy.into_iter().map(|b| b.min(cap) as u64).collect(),
-            count: self.count,
-            key,
-        }];
+        LaneBins::from_finest(
+            Level {
+                busy: self.busy.into_iter().map(|b| b.min(cap) as u64).collect(),
+                count: self.count,
+                key,
+            },
+            long,
+        )
+    }
+}
+
+impl LaneBins {
+    /// A lane's summary from its finest level (the coarser ones are made from it) and its
+    /// long records, sorted by start.
+    pub fn from_finest(finest: Level, long: Vec<Span>) -> LaneBins {
+        let mut levels = vec![finest];
         while levels.last().is_some_and(|l| l.busy.len() > 1) {
             let prev = levels.last().expect("not empty");
             let n = prev.busy.len() / 2;

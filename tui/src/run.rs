@@ -102,6 +102,11 @@ pub struct RunState {
     probes: HashMap<usize, Probe>,
     probe_pending: HashMap<usize, (i64, i64, usize)>,
     pub errors: Vec<String>,
+    /// Where the timeline's summary came from: kept in the run (read at open) or derived
+    /// by the pass.
+    pub summary_kept: bool,
+    /// Whether what this run's pass and analysis derive is kept in the run for next time.
+    keep: bool,
     /// Per track, prefix sums of record counts over the summary's bins (for estimates).
     counts: HashMap<usize, Vec<u64>>,
     /// String ids that name a kernel, and a range, once the pass has read those tables.
@@ -114,7 +119,9 @@ pub struct RunState {
 }
 
 impl RunState {
-    pub fn open(path: &Path, loading: Loading) -> Result<RunState> {
+    /// Opens a run; `keep`: keep what the pass and the whole-run analysis derive in the run
+    /// (background loading only) when it has no summaries of its own.
+    pub fn open(path: &Path, loading: Loading, keep: bool) -> Result<RunState> {
         let (mut store, meta) = data::open(path)?;
         let names = NameInfo::load(&mut store)?;
         let summary = Summary::new(meta.first_ns, meta.last_ns);
@@ -139,13 +146,41 @@ impl RunState {
             probes: HashMap::new(),
             probe_pending: HashMap::new(),
             errors: Vec::new(),
+            summary_kept: false,
+            keep,
             counts: HashMap::new(),
             kernel_names: None,
             range_names: None,
             found: None,
             details_read: None,
         };
+        // What an earlier open or the import kept in the run: the exact picture at once, and
+        // the tables without analysing.
+        let t = Instant::now();
+        if let Some(parts) = crate::summary::read_lanes(
+            &mut run.store,
+            &run.meta,
+            &run.summary,
+            run.names.class.len(),
+        ) {
+            for p in parts {
+                run.add_part(p);
+            }
+            run.summary_kept = true;
+            run.pass_seconds = Some(t.elapsed().as_secs_f64());
+        }
+        if let Some((analysis, tree)) = crate::summary::read_analysis(&mut run.store) {
+            run.analyses.insert(
+                None,
+                AnalysisState::Ready(Arc::new(Analyzed {
+                    analysis,
+                    tree,
+                    seconds: t.elapsed().as_secs_f64(),
+                })),
+            );
+        }
         match loading {
+            Loading::Blocking if run.summary_kept => {}
             Loading::Blocking => {
                 let t = Instant::now();
                 let mut parts = Vec::new();
@@ -163,6 +198,15 @@ impl RunState {
     }
 
     fn start_threads(&mut self) {
+        if !self.summary_kept {
+            self.start_pass();
+        }
+        self.start_reader();
+    }
+
+    /// The summary pass on a thread of its own, each table's part sent as it ends; with
+    /// `keep`, the summary is then kept in the run.
+    fn start_pass(&mut self) {
         let path = self.meta.path.clone();
         let meta = self.meta.clone();
         let summary = Summary {
@@ -170,20 +214,41 @@ impl RunState {
             ..self.summary
         };
         let tx = self.tx.clone();
+        let keep = self.keep;
         std::thread::spawn(move || {
             let t = Instant::now();
+            let mut enc = keep.then(|| crate::summary::LaneEncoder::new(&summary));
             let r = (|| -> Result<()> {
                 let mut store = Store::open(&path)?;
                 let names = NameInfo::load(&mut store)?;
                 data::summarize(&mut store, &names, &meta, &summary, |p| {
+                    if let Some(e) = enc.as_mut() {
+                        e.part(&meta, &p);
+                    }
                     let _ = tx.send(Msg::Part(p));
                 })
             })();
+            let ok = r.is_ok();
             let _ = tx.send(Msg::PassDone(
                 r.map(|_| t.elapsed().as_secs_f64())
                     .map_err(|e| e.to_string()),
             ));
+            if let (true, Some(e)) = (ok, enc) {
+                let kept = crate::summary::keep(
+                    &path,
+                    crate::summary::LANES,
+                    crate::summary::LANES_VERSION,
+                    &e.finish(),
+                );
+                if let Err(e) = kept {
+                    tracing::debug!("the timeline summary is not kept in the run: {e}");
+                }
+            }
         });
+    }
+
+    /// The thread that reads windows and samples, with its own store connection.
+    fn start_reader(&mut self) {
         let (raw_tx, raw_rx) = channel::<Req>();
         self.raw_tx = Some(raw_tx);
         let path = self.meta.path.clone();
@@ -665,6 +730,7 @@ impl RunState {
             None => {}
         }
         let path = self.meta.path.clone();
+        let keep = self.keep && step.is_none() && self.loading == Loading::Background;
         let job = move || -> std::result::Result<Arc<Analyzed>, String> {
             let t = Instant::now();
             let mut store = Store::open(&path).map_err(|e| e.to_string())?;
@@ -675,6 +741,21 @@ impl RunState {
             let (analysis, tree) =
                 fuseprof_analyzer::analyze_with_op_tree(&mut store, &cfg, &Rules::builtin())
                     .map_err(|e| e.to_string())?;
+            drop(store);
+            if let Some(bytes) = keep
+                .then(|| crate::summary::encode_analysis(&analysis, &tree))
+                .flatten()
+            {
+                let kept = crate::summary::keep(
+                    &path,
+                    crate::summary::ANALYSIS,
+                    &crate::summary::analysis_version(),
+                    &bytes,
+                );
+                if let Err(e) = kept {
+                    tracing::debug!("the analysis is not kept in the run: {e}");
+                }
+            }
             Ok(Arc::new(Analyzed {
                 analysis,
                 tree,
