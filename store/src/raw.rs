@@ -67,17 +67,6 @@ impl<'h> Stmt<'h> {
         self.check(rc, "bind")
     }
 
-    pub(crate) fn bind_opt_i64(&mut self, idx: c_int, v: Option<i64>) -> Result<()> {
-        match v {
-            Some(v) => self.bind_i64(idx, v),
-            None => {
-                // SAFETY: as above.
-                let rc = unsafe { ffi::sqlite3_bind_null(self.stmt.as_ptr(), idx) };
-                self.check(rc, "bind")
-            }
-        }
-    }
-
     pub(crate) fn bind_text(&mut self, idx: c_int, s: &str) -> Result<()> {
         // SAFETY: SQLITE_TRANSIENT makes SQLite copy the bytes before returning, so `s` may be
         // dropped afterwards.
@@ -107,14 +96,6 @@ impl<'h> Stmt<'h> {
             ffi::SQLITE_DONE => Ok(false),
             _ => Err(db_error(self.db, "step")),
         }
-    }
-
-    /// Steps an INSERT to completion and readies the statement for the next row.
-    pub(crate) fn execute(&mut self) -> Result<()> {
-        self.step()?;
-        // SAFETY: the statement is live; reset keeps bindings, which the next row overwrites.
-        unsafe { ffi::sqlite3_reset(self.stmt.as_ptr()) };
-        Ok(())
     }
 
     pub(crate) fn col_i64(&self, i: c_int) -> i64 {

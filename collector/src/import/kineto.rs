@@ -79,6 +79,9 @@ pub(crate) fn import(
         p.phase("parsing", text.len() as u64);
     }
     let mut writer = Writer::create(output, create)?;
+    // Kineto files kernels under a per-device "process"; the launching process comes from the
+    // runtime call with the same correlation id.
+    writer.link_gpu_pids(true);
     let mut sink = Sink::new(&mut writer);
     sink.progress = progress.map(|p| (p, text.as_ptr() as usize));
     let mut de = serde_json::Deserializer::from_str(text);
@@ -114,9 +117,6 @@ pub(crate) fn import(
     for d in devices {
         writer.device(d);
     }
-    // Kineto files kernels under a per-device "process"; the launching process comes from the
-    // runtime call with the same correlation id.
-    writer.link_gpu_pids(true);
     let counts = writer.finish(RunInfo {
         source_format: "kineto".into(),
         source_path: Some(path.display().to_string()),
