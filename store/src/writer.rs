@@ -70,6 +70,17 @@ impl Batch {
             + self.ranges.len()
             + self.flows.len()
     }
+
+    /// Empties the batch for reuse, keeping its capacity (fresh vectors would cost a page
+    /// fault for every 4 KiB of records).
+    fn clear(&mut self) {
+        self.strings.clear();
+        self.kernels.clear();
+        self.memops.clear();
+        self.api_calls.clear();
+        self.ranges.clear();
+        self.flows.clear();
+    }
 }
 
 struct Finish {
@@ -110,6 +121,8 @@ pub struct CreateOptions {
 /// ```
 pub struct Writer {
     tx: Option<SyncSender<Msg>>,
+    /// Batches the writer thread has emptied, to fill again.
+    spare: Receiver<Batch>,
     thread: Option<JoinHandle<Result<()>>>,
     // Interning runs once per event with long kernel names: a fast hash matters here.
     strings: FxHashMap<Box<str>, StrId>,
@@ -154,17 +167,19 @@ impl Writer {
         })?;
 
         let (tx, rx) = mpsc::sync_channel::<Msg>(CHANNEL_BATCHES);
+        let (spare_tx, spare_rx) = mpsc::sync_channel::<Batch>(CHANNEL_BATCHES + 1);
         let (ready_tx, ready_rx) = mpsc::sync_channel::<Result<()>>(1);
         let thread_path = tmp_path.clone();
         let thread = std::thread::Builder::new()
             .name("fuseprof-store-writer".into())
-            .spawn(move || writer_thread(&thread_path, rx, ready_tx))
+            .spawn(move || writer_thread(&thread_path, rx, spare_tx, ready_tx))
             .map_err(|source| Error::Io {
                 path: path.into(),
                 error: source,
             })?;
         let mut w = Writer {
             tx: Some(tx),
+            spare: spare_rx,
             thread: Some(thread),
             strings: FxHashMap::default(),
             last_thread: None,
@@ -291,7 +306,8 @@ impl Writer {
         if self.batch.len() == 0 {
             return Ok(());
         }
-        let mut batch = std::mem::take(&mut self.batch);
+        let fresh = self.spare.try_recv().unwrap_or_default();
+        let mut batch = std::mem::replace(&mut self.batch, fresh);
         batch.link_gpu_pids = self.link_gpu_pids;
         self.send(Msg::Batch(batch))
     }
@@ -379,7 +395,12 @@ impl Drop for Writer {
     }
 }
 
-fn writer_thread(path: &Path, rx: Receiver<Msg>, ready: SyncSender<Result<()>>) -> Result<()> {
+fn writer_thread(
+    path: &Path,
+    rx: Receiver<Msg>,
+    spare: SyncSender<Batch>,
+    ready: SyncSender<Result<()>>,
+) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .map_err(|source| Error::Io {
@@ -403,7 +424,12 @@ fn writer_thread(path: &Path, rx: Receiver<Msg>, ready: SyncSender<Result<()>>) 
         };
         while let Ok(msg) = rx.recv() {
             match msg {
-                Msg::Batch(b) => bulk.batch(b).map_err(io)?,
+                Msg::Batch(mut b) => {
+                    bulk.batch(&mut b).map_err(io)?;
+                    b.clear();
+                    // Back to the caller for its next batch; dropped if it has enough.
+                    let _ = spare.try_send(b);
+                }
                 Msg::Finish(f) => {
                     bulk.finish().map_err(io)?;
                     let mut conn = connect(path).await?;
@@ -688,7 +714,7 @@ struct Bulk {
 }
 
 impl Bulk {
-    fn batch(&mut self, b: Batch) -> std::io::Result<()> {
+    fn batch(&mut self, b: &mut Batch) -> std::io::Result<()> {
         if b.link_gpu_pids && self.link.is_none() {
             self.link = Some(Link::default());
         }
@@ -704,8 +730,8 @@ impl Bulk {
         }
         match &mut self.link {
             Some(link) => {
-                link.kernels.extend(b.kernels);
-                link.memops.extend(b.memops);
+                link.kernels.append(&mut b.kernels);
+                link.memops.append(&mut b.memops);
             }
             None => {
                 for k in &b.kernels {

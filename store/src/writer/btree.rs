@@ -489,61 +489,61 @@ impl<K: IndexKey> IndexTree<K> {
         let geo = file.geometry();
         let mut rec = Record::default();
         let mut cell = Vec::new();
-        let encode = |rec: &mut Record, e: &(K, i64)| {
+        // Entry `i` as a leaf cell (its record's length, then the record) in `cell`.
+        let entries = &self.entries;
+        let mut leaf_cell = |cell: &mut Vec<u8>, i: usize| {
             rec.clear();
-            e.0.write(rec);
-            rec.int(e.1);
-            rec.finish().to_vec()
+            entries[i].0.write(&mut rec);
+            rec.int(entries[i].1);
+            let r = rec.finish();
+            cell.clear();
+            put_varint(cell, r.len() as u64);
+            let head = cell.len();
+            cell.extend_from_slice(r);
+            head
         };
         // Every entry's record is small (integers only): it never needs an overflow page.
         let max_local = (geo.usable - 12) * 64 / 255 - 23;
 
-        // Leaves: (page, separator that follows it).
+        // Leaves, and the separator entry after each but the last.
         let mut children: Vec<u32> = Vec::new();
         let mut seps: Vec<Vec<u8>> = Vec::new();
         let mut page = Page::new(geo, INDEX_LEAF);
-        let n = self.entries.len();
+        let n = entries.len();
+        let mut first = 0;
         let mut i = 0;
-        let mut in_page: Vec<usize> = Vec::new();
         while i < n {
-            let r = encode(&mut rec, &self.entries[i]);
-            debug_assert!(r.len() <= max_local);
-            cell.clear();
-            put_varint(&mut cell, r.len() as u64);
-            cell.extend_from_slice(&r);
+            let head = leaf_cell(&mut cell, i);
+            debug_assert!(cell.len() - head <= max_local);
             if page.fits(cell.len()) {
                 page.push(&cell);
-                in_page.push(i);
                 i += 1;
                 continue;
             }
             // The page is full: entry i separates it from the next leaf, which must not be
             // empty. When i is the last entry, the page's own last entry moves up instead.
-            let (sep, next) = if i + 1 < n {
-                (r, i + 1)
+            let next = if i + 1 < n {
+                seps.push(cell[head..].to_vec());
+                i + 1
             } else {
-                let last = in_page.pop().expect("a full page holds entries");
                 page.reset(INDEX_LEAF);
-                for &j in &in_page {
-                    let rj = encode(&mut rec, &self.entries[j]);
-                    cell.clear();
-                    put_varint(&mut cell, rj.len() as u64);
-                    cell.extend_from_slice(&rj);
+                for j in first..i - 1 {
+                    leaf_cell(&mut cell, j);
                     page.push(&cell);
                 }
-                (encode(&mut rec, &self.entries[last]), i)
+                let head = leaf_cell(&mut cell, i - 1);
+                seps.push(cell[head..].to_vec());
+                i
             };
             children.push(file.append(page.seal(None))?);
-            seps.push(sep);
             page.reset(INDEX_LEAF);
-            in_page.clear();
+            first = next;
             i = next;
         }
         if children.is_empty() {
             return file.write_at(self.root, page.seal(None));
         }
         children.push(file.append(page.seal(None))?);
-        drop(self.entries);
 
         let cap = geo.usable - 12;
         let mut page = Page::new(geo, INDEX_INTERIOR);
