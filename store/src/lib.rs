@@ -28,6 +28,7 @@ mod names;
 mod raw;
 mod reader;
 mod results;
+mod rows;
 mod writer;
 
 pub use error::{Error, Result};
@@ -38,6 +39,7 @@ pub use reader::{
     PassKernel, PassMemop, PassRange, RowEstimates, Store, Strings, TableCounts, SCHEMA_NOT_UTF8,
 };
 pub use results::{record_bench_results, BenchResult};
+pub use rows::RawRows;
 pub use writer::{Counts, CreateOptions, Writer};
 
 /// The schema version this build writes and the newest it reads.
