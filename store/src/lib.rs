@@ -29,6 +29,7 @@ mod ranks;
 mod raw;
 mod reader;
 mod results;
+mod rows;
 mod summaries;
 mod writer;
 
@@ -44,6 +45,7 @@ pub use reader::{
     PassKernel, PassMemop, PassRange, RowEstimates, Store, Strings, TableCounts, SCHEMA_NOT_UTF8,
 };
 pub use results::{record_bench_results, BenchResult};
+pub use rows::RawRows;
 pub use summaries::write_summary;
 pub use writer::{Counts, CreateOptions, Writer};
 

@@ -164,6 +164,17 @@ impl<'h> Stmt<'h> {
         }
     }
 
+    /// The storage class of a column's value (`SQLITE_INTEGER`, `SQLITE_FLOAT`, …).
+    pub(crate) fn col_type(&self, i: c_int) -> c_int {
+        // SAFETY: as in `col_i64`.
+        unsafe { ffi::sqlite3_column_type(self.stmt.as_ptr(), i) }
+    }
+
+    pub(crate) fn col_f64(&self, i: c_int) -> f64 {
+        // SAFETY: as in `col_i64`.
+        unsafe { ffi::sqlite3_column_double(self.stmt.as_ptr(), i) }
+    }
+
     pub(crate) fn col_text(&self, i: c_int) -> Option<&str> {
         // SAFETY: after a row step, sqlite3_column_text returns a pointer valid until the next
         // step/reset/finalize, and the returned borrow of `self` cannot outlive that.

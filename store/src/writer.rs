@@ -1,31 +1,33 @@
 //! The one writer: every source (importers, the live collector) fills a run through it.
 //!
 //! Records are interned and batched on the caller's thread, then handed over a bounded channel
-//! to a dedicated thread that owns the sqlx connection and inserts each batch through prepared
-//! statements. The caller never waits on SQLite unless the channel is full, memory stays bounded
-//! by the channel, and the file appears under its final name only when `finish` succeeds.
+//! to a dedicated thread that encodes each batch straight into the b-tree pages of the file
+//! (`btree.rs`: SQLite creates the schema, the bulk tables and their indexes are written as
+//! pages; the small tables go through SQL at `finish`). The caller never waits on the writer
+//! unless the channel is full, memory stays bounded by the channel and the index keys, and the
+//! file appears under its final name only when `finish` succeeds.
+
+mod btree;
 
 use std::collections::BTreeMap;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::ptr::NonNull;
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::thread::JoinHandle;
 
-use libsqlite3_sys as ffi;
 use rustc_hash::FxHashMap;
 use serde::Serialize;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteLockingMode, SqliteSynchronous};
 use sqlx::{ConnectOptions, Connection, SqliteConnection};
 
 use crate::model::*;
-use crate::raw::{self, Stmt};
+use crate::raw;
 use crate::{Error, Result};
+use btree::{Geometry, IndexTree, PageFile, Record, TableTree};
 
 const BATCH_RECORDS: usize = 16 * 1024;
 /// `meta` keys that belong to the store itself.
 pub(crate) const RESERVED_META: [&str; 2] = ["format", "schema_version"];
-/// The migration that creates the tables; later ones only add indexes.
-const TABLES_MIGRATION: i64 = 1;
 const CHANNEL_BATCHES: usize = 4;
 
 /// How many records of each kind a writer took.
@@ -49,6 +51,8 @@ impl Counts {
 
 #[derive(Default)]
 struct Batch {
+    /// [`Writer::link_gpu_pids`] was on when this batch was sent.
+    link_gpu_pids: bool,
     strings: Vec<(i64, Box<str>)>,
     kernels: Vec<Kernel>,
     memops: Vec<Memop>,
@@ -66,6 +70,17 @@ impl Batch {
             + self.ranges.len()
             + self.flows.len()
     }
+
+    /// Empties the batch for reuse, keeping its capacity (fresh vectors would cost a page
+    /// fault for every 4 KiB of records).
+    fn clear(&mut self) {
+        self.strings.clear();
+        self.kernels.clear();
+        self.memops.clear();
+        self.api_calls.clear();
+        self.ranges.clear();
+        self.flows.clear();
+    }
 }
 
 struct Finish {
@@ -74,7 +89,6 @@ struct Finish {
     processes: BTreeMap<i64, Option<String>>,
     threads: BTreeMap<(i64, i64), Option<String>>,
     devices: BTreeMap<i64, Device>,
-    link_gpu_pids: bool,
 }
 
 enum Msg {
@@ -107,6 +121,8 @@ pub struct CreateOptions {
 /// ```
 pub struct Writer {
     tx: Option<SyncSender<Msg>>,
+    /// Batches the writer thread has emptied, to fill again.
+    spare: Receiver<Batch>,
     thread: Option<JoinHandle<Result<()>>>,
     // Interning runs once per event with long kernel names: a fast hash matters here.
     strings: FxHashMap<Box<str>, StrId>,
@@ -151,17 +167,19 @@ impl Writer {
         })?;
 
         let (tx, rx) = mpsc::sync_channel::<Msg>(CHANNEL_BATCHES);
+        let (spare_tx, spare_rx) = mpsc::sync_channel::<Batch>(CHANNEL_BATCHES + 1);
         let (ready_tx, ready_rx) = mpsc::sync_channel::<Result<()>>(1);
         let thread_path = tmp_path.clone();
         let thread = std::thread::Builder::new()
             .name("fuseprof-store-writer".into())
-            .spawn(move || writer_thread(&thread_path, rx, ready_tx))
+            .spawn(move || writer_thread(&thread_path, rx, spare_tx, ready_tx))
             .map_err(|source| Error::Io {
                 path: path.into(),
                 error: source,
             })?;
         let mut w = Writer {
             tx: Some(tx),
+            spare: spare_rx,
             thread: Some(thread),
             strings: FxHashMap::default(),
             last_thread: None,
@@ -264,8 +282,10 @@ impl Writer {
         }
     }
 
-    /// When set, `finish` fills each kernel's and memop's missing `pid` from the API call with
-    /// the same correlation id (sources such as Kineto put GPU work under a device "process").
+    /// When set, each kernel's and memop's missing `pid` comes from the API call with the same
+    /// correlation id (sources such as Kineto put GPU work under a device "process"). Set it
+    /// before adding kernels or copies: the writer then holds them back until `finish`, when
+    /// every API call is known.
     pub fn link_gpu_pids(&mut self, on: bool) {
         self.link_gpu_pids = on;
     }
@@ -286,7 +306,9 @@ impl Writer {
         if self.batch.len() == 0 {
             return Ok(());
         }
-        let batch = std::mem::take(&mut self.batch);
+        let fresh = self.spare.try_recv().unwrap_or_default();
+        let mut batch = std::mem::replace(&mut self.batch, fresh);
+        batch.link_gpu_pids = self.link_gpu_pids;
         self.send(Msg::Batch(batch))
     }
 
@@ -322,7 +344,6 @@ impl Writer {
             processes: std::mem::take(&mut self.processes),
             threads: std::mem::take(&mut self.threads),
             devices: std::mem::take(&mut self.devices),
-            link_gpu_pids: self.link_gpu_pids,
         };
         self.send(Msg::Finish(Box::new(finish)))?;
         self.tx = None;
@@ -374,7 +395,12 @@ impl Drop for Writer {
     }
 }
 
-fn writer_thread(path: &Path, rx: Receiver<Msg>, ready: SyncSender<Result<()>>) -> Result<()> {
+fn writer_thread(
+    path: &Path,
+    rx: Receiver<Msg>,
+    spare: SyncSender<Batch>,
+    ready: SyncSender<Result<()>>,
+) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .map_err(|source| Error::Io {
@@ -382,24 +408,31 @@ fn writer_thread(path: &Path, rx: Receiver<Msg>, ready: SyncSender<Result<()>>) 
             error: source,
         })?;
     rt.block_on(async move {
-        let opened = open_for_writing(path).await;
-        let mut conn = match opened {
-            Ok(c) => {
+        let mut bulk = match open_for_writing(path).await {
+            Ok(b) => {
                 let _ = ready.send(Ok(()));
-                c
+                b
             }
             Err(e) => {
                 let _ = ready.send(Err(e));
                 return Err(Error::WriterGone("could not open the file".into()));
             }
         };
+        let io = |error| Error::Io {
+            path: path.into(),
+            error,
+        };
         while let Ok(msg) = rx.recv() {
             match msg {
-                Msg::Batch(b) => {
-                    let mut h = conn.lock_handle().await?;
-                    write_batch(h.as_raw_handle(), &b)?;
+                Msg::Batch(mut b) => {
+                    bulk.batch(&mut b).map_err(io)?;
+                    b.clear();
+                    // Back to the caller for its next batch; dropped if it has enough.
+                    let _ = spare.try_send(b);
                 }
                 Msg::Finish(f) => {
+                    bulk.finish().map_err(io)?;
+                    let mut conn = connect(path).await?;
                     write_finish(&mut conn, *f).await?;
                     conn.close().await?;
                     return Ok(());
@@ -411,159 +444,475 @@ fn writer_thread(path: &Path, rx: Receiver<Msg>, ready: SyncSender<Result<()>>) 
     })
 }
 
-async fn open_for_writing(path: &Path) -> Result<SqliteConnection> {
-    // The file is private until published, so durability is bought once at the end (the WAL
-    // switch and close) rather than per batch.
-    let mut conn = SqliteConnectOptions::new()
+async fn connect(path: &Path) -> Result<SqliteConnection> {
+    // The file is private until published, so durability is bought once at the end (the
+    // journal switch and close) rather than per batch.
+    Ok(SqliteConnectOptions::new()
         .filename(path)
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Off)
         .synchronous(SqliteSynchronous::Off)
         .locking_mode(SqliteLockingMode::Exclusive)
-        .pragma("cache_size", "-131072")
-        // The index build at finish is slow by nature on large runs; sqlx would log it as a
-        // "slow statement" warning on the user's terminal.
         .disable_statement_logging()
         .connect()
-        .await?;
-    // Tables only: the indexes (migration 2) are built once at `finish`, which costs far less
-    // than maintaining them row by row during a bulk load.
-    sqlx::migrate!("./migrations")
-        .run_to(TABLES_MIGRATION, &mut conn)
-        .await?;
-    sqlx::query("BEGIN").execute(&mut conn).await?;
-    Ok(conn)
+        .await?)
 }
 
-fn write_batch(db: NonNull<ffi::sqlite3>, b: &Batch) -> Result<()> {
-    if !b.strings.is_empty() {
-        let mut st = Stmt::prepare(db, "INSERT INTO strings (id, value) VALUES (?1, ?2)")?;
+/// The columns of the tables the bulk loader fills, in schema order, as it writes them.
+const BULK_COLUMNS: [(&str, &[&str]); 6] = [
+    ("strings", &["id", "value"]),
+    (
+        "kernels",
+        &[
+            "id",
+            "start_ns",
+            "end_ns",
+            "device_id",
+            "stream_id",
+            "pid",
+            "correlation_id",
+            "external_id",
+            "name_id",
+            "grid_x",
+            "grid_y",
+            "grid_z",
+            "block_x",
+            "block_y",
+            "block_z",
+            "registers_per_thread",
+            "static_smem_bytes",
+            "dynamic_smem_bytes",
+            "graph_id",
+        ],
+    ),
+    (
+        "memops",
+        &[
+            "id",
+            "kind",
+            "start_ns",
+            "end_ns",
+            "device_id",
+            "stream_id",
+            "pid",
+            "correlation_id",
+            "external_id",
+            "bytes",
+            "copy_kind",
+            "value",
+        ],
+    ),
+    (
+        "api_calls",
+        &[
+            "id",
+            "api",
+            "start_ns",
+            "end_ns",
+            "pid",
+            "tid",
+            "correlation_id",
+            "external_id",
+            "name_id",
+            "return_code",
+        ],
+    ),
+    (
+        "ranges",
+        &[
+            "id",
+            "kind",
+            "start_ns",
+            "end_ns",
+            "pid",
+            "tid",
+            "end_tid",
+            "domain_id",
+            "name_id",
+            "category_id",
+            "color",
+            "depth",
+            "external_id",
+            "correlation_id",
+            "input_dims_id",
+            "input_types_id",
+        ],
+    ),
+    (
+        "flows",
+        &[
+            "id",
+            "category_id",
+            "flow_id",
+            "phase",
+            "ts_ns",
+            "pid",
+            "tid",
+        ],
+    ),
+];
+
+/// The indexes on those tables, as `Bulk` builds them (migration 2 declares them).
+const BULK_INDEXES: [(&str, &str); 8] = [
+    (
+        "kernels_by_stream_time",
+        "kernels (device_id, stream_id, start_ns)",
+    ),
+    ("kernels_by_correlation", "kernels (correlation_id, pid)"),
+    (
+        "memops_by_stream_time",
+        "memops (device_id, stream_id, start_ns)",
+    ),
+    ("memops_by_correlation", "memops (correlation_id, pid)"),
+    (
+        "api_calls_by_correlation",
+        "api_calls (correlation_id, pid)",
+    ),
+    ("api_calls_by_thread_time", "api_calls (pid, tid, start_ns)"),
+    ("ranges_by_thread_time", "ranges (pid, tid, start_ns)"),
+    ("ranges_by_external", "ranges (external_id)"),
+];
+
+/// Creates the file with the whole schema through SQLite (every table and index empty), then
+/// hands it to the bulk loader, after checking that the schema is the one it writes.
+async fn open_for_writing(path: &Path) -> Result<Bulk> {
+    let mut conn = connect(path).await?;
+    sqlx::migrate!("./migrations").run(&mut conn).await?;
+    let mut roots = BTreeMap::new();
+    let rows: Vec<(String, String, String, i64, Option<String>)> =
+        sqlx::query_as("SELECT type, name, tbl_name, rootpage, sql FROM sqlite_schema")
+            .fetch_all(&mut conn)
+            .await?;
+    let mismatch =
+        |what: String| Error::Sqlite(format!("the bulk loader does not match the schema: {what}"));
+    for (table, columns) in BULK_COLUMNS {
+        let names: Vec<(String,)> =
+            sqlx::query_as("SELECT name FROM pragma_table_info(?) ORDER BY cid")
+                .bind(table)
+                .fetch_all(&mut conn)
+                .await?;
+        if !names
+            .iter()
+            .map(|n| n.0.as_str())
+            .eq(columns.iter().copied())
+        {
+            return Err(mismatch(format!("the columns of {table}")));
+        }
+    }
+    for (kind, name, table, root, sql) in &rows {
+        let bulk = BULK_COLUMNS.iter().any(|(t, _)| t == table);
+        if kind == "index" && bulk {
+            let known = BULK_INDEXES.iter().find(|(n, _)| n == name);
+            let declared = sql
+                .as_deref()
+                .unwrap_or("")
+                .split_whitespace()
+                .collect::<Vec<_>>();
+            let matches = known.is_some_and(|(_, on)| {
+                declared.join(" ").ends_with(&format!(
+                    "ON {}",
+                    on.split_whitespace().collect::<Vec<_>>().join(" ")
+                ))
+            });
+            if !matches {
+                return Err(mismatch(format!("index {name}")));
+            }
+        }
+        if kind == "table" || kind == "index" {
+            roots.insert(name.clone(), *root as u32);
+        }
+    }
+    conn.close().await?;
+
+    let io = |error| Error::Io {
+        path: path.into(),
+        error,
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(io)?;
+    let mut head = [0u8; 100];
+    file.read_exact_at(&mut head, 0).map_err(io)?;
+    let page_size = match u16::from_be_bytes([head[16], head[17]]) {
+        1 => 65536,
+        n => n as usize,
+    };
+    let pages = u32::from_be_bytes(head[28..32].try_into().unwrap());
+    let len = file.metadata().map_err(io)?.len();
+    // Schema format 4 (the bulk loader writes 0 and 1 as serial types 8 and 9) and UTF-8.
+    if head[44..48] != [0, 0, 0, 4]
+        || head[56..60] != [0, 0, 0, 1]
+        || len != pages as u64 * page_size as u64
+    {
+        return Err(Error::Sqlite(
+            "the new file's header is not the one the bulk loader writes for".into(),
+        ));
+    }
+    let geo = Geometry {
+        page_size,
+        usable: page_size - head[20] as usize,
+        pages,
+    };
+    let root = |name: &str| {
+        roots
+            .get(name)
+            .copied()
+            .ok_or_else(|| mismatch(format!("no {name}")))
+    };
+    Ok(Bulk {
+        strings: TableTree::new(geo, root("strings")?),
+        kernels: TableTree::new(geo, root("kernels")?),
+        memops: TableTree::new(geo, root("memops")?),
+        api_calls: TableTree::new(geo, root("api_calls")?),
+        ranges: TableTree::new(geo, root("ranges")?),
+        flows: TableTree::new(geo, root("flows")?),
+        kernels_by_stream_time: IndexTree::new(root("kernels_by_stream_time")?),
+        kernels_by_correlation: IndexTree::new(root("kernels_by_correlation")?),
+        memops_by_stream_time: IndexTree::new(root("memops_by_stream_time")?),
+        memops_by_correlation: IndexTree::new(root("memops_by_correlation")?),
+        api_calls_by_correlation: IndexTree::new(root("api_calls_by_correlation")?),
+        api_calls_by_thread_time: IndexTree::new(root("api_calls_by_thread_time")?),
+        ranges_by_thread_time: IndexTree::new(root("ranges_by_thread_time")?),
+        ranges_by_external: IndexTree::new(root("ranges_by_external")?),
+        file: PageFile::new(file, geo),
+        rec: Record::default(),
+        link: None,
+    })
+}
+
+/// Kernels and copies held back until the end, when each one's missing `pid` comes from the
+/// API call with the same correlation id (the one with the smallest pid, as the index on
+/// `api_calls (correlation_id, pid)` would give it first).
+#[derive(Default)]
+struct Link {
+    kernels: Vec<Kernel>,
+    memops: Vec<Memop>,
+    pids: FxHashMap<i64, i64>,
+}
+
+/// The writer thread's side of a run being loaded: one b-tree per bulk table and index.
+struct Bulk {
+    file: PageFile,
+    rec: Record,
+    strings: TableTree,
+    kernels: TableTree,
+    memops: TableTree,
+    api_calls: TableTree,
+    ranges: TableTree,
+    flows: TableTree,
+    kernels_by_stream_time: IndexTree<[i64; 3]>,
+    kernels_by_correlation: IndexTree<(Option<i64>, Option<i64>)>,
+    memops_by_stream_time: IndexTree<[i64; 3]>,
+    memops_by_correlation: IndexTree<(Option<i64>, Option<i64>)>,
+    api_calls_by_correlation: IndexTree<(Option<i64>, i64)>,
+    api_calls_by_thread_time: IndexTree<[i64; 3]>,
+    ranges_by_thread_time: IndexTree<[i64; 3]>,
+    ranges_by_external: IndexTree<Option<i64>>,
+    link: Option<Link>,
+}
+
+impl Bulk {
+    fn batch(&mut self, b: &mut Batch) -> std::io::Result<()> {
+        if b.link_gpu_pids && self.link.is_none() {
+            self.link = Some(Link::default());
+        }
         for (id, s) in &b.strings {
-            st.bind_i64(1, *id)?;
-            st.bind_text(2, s)?;
-            st.execute()?;
+            let r = &mut self.rec;
+            r.clear();
+            r.null();
+            r.text(s);
+            self.strings.add(&mut self.file, *id, r.finish())?;
         }
-    }
-    if !b.kernels.is_empty() {
-        let mut st = Stmt::prepare(
-            db,
-            "INSERT INTO kernels (start_ns, end_ns, device_id, stream_id, pid, correlation_id, \
-             external_id, name_id, grid_x, grid_y, grid_z, block_x, block_y, block_z, \
-             registers_per_thread, static_smem_bytes, dynamic_smem_bytes, graph_id) \
-             VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18)",
-        )?;
-        for k in &b.kernels {
-            st.bind_i64(1, k.start_ns)?;
-            st.bind_i64(2, k.end_ns)?;
-            st.bind_i64(3, k.device_id)?;
-            st.bind_i64(4, k.stream_id)?;
-            st.bind_opt_i64(5, k.pid)?;
-            st.bind_opt_i64(6, k.correlation_id)?;
-            st.bind_opt_i64(7, k.external_id)?;
-            st.bind_i64(8, k.name.0)?;
-            for i in 0..3 {
-                st.bind_opt_i64(9 + i as i32, k.grid.map(|g| g[i]))?;
-                st.bind_opt_i64(12 + i as i32, k.block.map(|g| g[i]))?;
-            }
-            st.bind_opt_i64(15, k.registers_per_thread)?;
-            st.bind_opt_i64(16, k.static_smem_bytes)?;
-            st.bind_opt_i64(17, k.dynamic_smem_bytes)?;
-            st.bind_opt_i64(18, k.graph_id)?;
-            st.execute()?;
-        }
-    }
-    if !b.memops.is_empty() {
-        let mut st = Stmt::prepare(
-            db,
-            "INSERT INTO memops (kind, start_ns, end_ns, device_id, stream_id, pid, \
-             correlation_id, external_id, bytes, copy_kind, value) \
-             VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11)",
-        )?;
-        for m in &b.memops {
-            st.bind_text(1, m.kind.as_str())?;
-            st.bind_i64(2, m.start_ns)?;
-            st.bind_i64(3, m.end_ns)?;
-            st.bind_i64(4, m.device_id)?;
-            st.bind_i64(5, m.stream_id)?;
-            st.bind_opt_i64(6, m.pid)?;
-            st.bind_opt_i64(7, m.correlation_id)?;
-            st.bind_opt_i64(8, m.external_id)?;
-            st.bind_opt_i64(9, m.bytes)?;
-            match m.copy_kind {
-                Some(c) => st.bind_text(10, c.as_str())?,
-                None => st.bind_opt_i64(10, None)?,
-            }
-            st.bind_opt_i64(11, m.value)?;
-            st.execute()?;
-        }
-    }
-    if !b.api_calls.is_empty() {
-        let mut st = Stmt::prepare(
-            db,
-            "INSERT INTO api_calls (api, start_ns, end_ns, pid, tid, correlation_id, \
-             external_id, name_id, return_code) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)",
-        )?;
         for a in &b.api_calls {
-            st.bind_text(1, a.api.as_str())?;
-            st.bind_i64(2, a.start_ns)?;
-            st.bind_i64(3, a.end_ns)?;
-            st.bind_i64(4, a.pid)?;
-            st.bind_i64(5, a.tid)?;
-            st.bind_opt_i64(6, a.correlation_id)?;
-            st.bind_opt_i64(7, a.external_id)?;
-            st.bind_i64(8, a.name.0)?;
-            st.bind_opt_i64(9, a.return_code)?;
-            st.execute()?;
+            self.api_call(a)?;
         }
-    }
-    if !b.ranges.is_empty() {
-        let mut st = Stmt::prepare(
-            db,
-            "INSERT INTO ranges (kind, start_ns, end_ns, pid, tid, end_tid, domain_id, name_id, \
-             category_id, color, depth, external_id, correlation_id, input_dims_id, \
-             input_types_id) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15)",
-        )?;
+        match &mut self.link {
+            Some(link) => {
+                link.kernels.append(&mut b.kernels);
+                link.memops.append(&mut b.memops);
+            }
+            None => {
+                for k in &b.kernels {
+                    self.kernel(k)?;
+                }
+                for m in &b.memops {
+                    self.memop(m)?;
+                }
+            }
+        }
         for r in &b.ranges {
-            st.bind_text(1, r.kind.as_str())?;
-            st.bind_i64(2, r.start_ns)?;
-            st.bind_opt_i64(3, r.end_ns)?;
-            st.bind_i64(4, r.pid)?;
-            st.bind_i64(5, r.tid)?;
-            st.bind_opt_i64(6, r.end_tid)?;
-            st.bind_opt_i64(7, r.domain.map(|s| s.0))?;
-            st.bind_i64(8, r.name.0)?;
-            st.bind_opt_i64(9, r.category.map(|s| s.0))?;
-            st.bind_opt_i64(10, r.color)?;
-            st.bind_opt_i64(11, r.depth)?;
-            st.bind_opt_i64(12, r.external_id)?;
-            st.bind_opt_i64(13, r.correlation_id)?;
-            st.bind_opt_i64(14, r.input_dims.map(|s| s.0))?;
-            st.bind_opt_i64(15, r.input_types.map(|s| s.0))?;
-            st.execute()?;
+            self.range(r)?;
         }
-    }
-    if !b.flows.is_empty() {
-        let mut st = Stmt::prepare(
-            db,
-            "INSERT INTO flows (category_id, flow_id, phase, ts_ns, pid, tid) \
-             VALUES (?1,?2,?3,?4,?5,?6)",
-        )?;
         for f in &b.flows {
-            st.bind_i64(1, f.category.0)?;
-            st.bind_i64(2, f.flow_id)?;
-            st.bind_text(3, f.phase.as_str())?;
-            st.bind_i64(4, f.ts_ns)?;
-            st.bind_i64(5, f.pid)?;
-            st.bind_i64(6, f.tid)?;
-            st.execute()?;
+            self.flow(f)?;
         }
+        Ok(())
     }
-    Ok(())
+
+    fn kernel(&mut self, k: &Kernel) -> std::io::Result<()> {
+        let id = self.kernels.next_rowid();
+        let r = &mut self.rec;
+        r.clear();
+        r.null();
+        r.int(k.start_ns);
+        r.int(k.end_ns);
+        r.int(k.device_id);
+        r.int(k.stream_id);
+        r.opt(k.pid);
+        r.opt(k.correlation_id);
+        r.opt(k.external_id);
+        r.int(k.name.0);
+        for dims in [k.grid, k.block] {
+            for i in 0..3 {
+                r.opt(dims.map(|d| d[i]));
+            }
+        }
+        r.opt(k.registers_per_thread);
+        r.opt(k.static_smem_bytes);
+        r.opt(k.dynamic_smem_bytes);
+        r.opt(k.graph_id);
+        self.kernels.add(&mut self.file, id, r.finish())?;
+        self.kernels_by_stream_time
+            .add([k.device_id, k.stream_id, k.start_ns], id);
+        self.kernels_by_correlation
+            .add((k.correlation_id, k.pid), id);
+        Ok(())
+    }
+
+    fn memop(&mut self, m: &Memop) -> std::io::Result<()> {
+        let id = self.memops.next_rowid();
+        let r = &mut self.rec;
+        r.clear();
+        r.null();
+        r.text(m.kind.as_str());
+        r.int(m.start_ns);
+        r.int(m.end_ns);
+        r.int(m.device_id);
+        r.int(m.stream_id);
+        r.opt(m.pid);
+        r.opt(m.correlation_id);
+        r.opt(m.external_id);
+        r.opt(m.bytes);
+        match m.copy_kind {
+            Some(c) => r.text(c.as_str()),
+            None => r.null(),
+        }
+        r.opt(m.value);
+        self.memops.add(&mut self.file, id, r.finish())?;
+        self.memops_by_stream_time
+            .add([m.device_id, m.stream_id, m.start_ns], id);
+        self.memops_by_correlation
+            .add((m.correlation_id, m.pid), id);
+        Ok(())
+    }
+
+    fn api_call(&mut self, a: &ApiCall) -> std::io::Result<()> {
+        let id = self.api_calls.next_rowid();
+        let r = &mut self.rec;
+        r.clear();
+        r.null();
+        r.text(a.api.as_str());
+        r.int(a.start_ns);
+        r.int(a.end_ns);
+        r.int(a.pid);
+        r.int(a.tid);
+        r.opt(a.correlation_id);
+        r.opt(a.external_id);
+        r.int(a.name.0);
+        r.opt(a.return_code);
+        self.api_calls.add(&mut self.file, id, r.finish())?;
+        self.api_calls_by_correlation
+            .add((a.correlation_id, a.pid), id);
+        self.api_calls_by_thread_time
+            .add([a.pid, a.tid, a.start_ns], id);
+        if let (Some(link), Some(c)) = (&mut self.link, a.correlation_id) {
+            let pid = link.pids.entry(c).or_insert(a.pid);
+            *pid = (*pid).min(a.pid);
+        }
+        Ok(())
+    }
+
+    fn range(&mut self, x: &Range) -> std::io::Result<()> {
+        let id = self.ranges.next_rowid();
+        let r = &mut self.rec;
+        r.clear();
+        r.null();
+        r.text(x.kind.as_str());
+        r.int(x.start_ns);
+        r.opt(x.end_ns);
+        r.int(x.pid);
+        r.int(x.tid);
+        r.opt(x.end_tid);
+        r.opt(x.domain.map(|s| s.0));
+        r.int(x.name.0);
+        r.opt(x.category.map(|s| s.0));
+        r.opt(x.color);
+        r.opt(x.depth);
+        r.opt(x.external_id);
+        r.opt(x.correlation_id);
+        r.opt(x.input_dims.map(|s| s.0));
+        r.opt(x.input_types.map(|s| s.0));
+        self.ranges.add(&mut self.file, id, r.finish())?;
+        self.ranges_by_thread_time
+            .add([x.pid, x.tid, x.start_ns], id);
+        self.ranges_by_external.add(x.external_id, id);
+        Ok(())
+    }
+
+    fn flow(&mut self, f: &Flow) -> std::io::Result<()> {
+        let id = self.flows.next_rowid();
+        let r = &mut self.rec;
+        r.clear();
+        r.null();
+        r.int(f.category.0);
+        r.int(f.flow_id);
+        r.text(f.phase.as_str());
+        r.int(f.ts_ns);
+        r.int(f.pid);
+        r.int(f.tid);
+        self.flows.add(&mut self.file, id, r.finish())?;
+        Ok(())
+    }
+
+    /// Writes the held rows, the rest of every tree and the header.
+    fn finish(mut self) -> std::io::Result<()> {
+        if let Some(link) = self.link.take() {
+            let pid = |p: Option<i64>, c: Option<i64>| p.or_else(|| link.pids.get(&c?).copied());
+            for mut k in link.kernels.iter().cloned() {
+                k.pid = pid(k.pid, k.correlation_id);
+                self.kernel(&k)?;
+            }
+            for mut m in link.memops.iter().cloned() {
+                m.pid = pid(m.pid, m.correlation_id);
+                self.memop(&m)?;
+            }
+        }
+        let f = &mut self.file;
+        for t in [
+            self.strings,
+            self.kernels,
+            self.memops,
+            self.api_calls,
+            self.ranges,
+            self.flows,
+        ] {
+            t.finish(f)?;
+        }
+        self.kernels_by_stream_time.finish(f)?;
+        self.kernels_by_correlation.finish(f)?;
+        self.memops_by_stream_time.finish(f)?;
+        self.memops_by_correlation.finish(f)?;
+        self.api_calls_by_correlation.finish(f)?;
+        self.api_calls_by_thread_time.finish(f)?;
+        self.ranges_by_thread_time.finish(f)?;
+        self.ranges_by_external.finish(f)?;
+        self.file.close()
+    }
 }
 
 async fn write_finish(conn: &mut SqliteConnection, f: Finish) -> Result<()> {
-    sqlx::query("COMMIT").execute(&mut *conn).await?;
-    sqlx::migrate!("./migrations").run(&mut *conn).await?;
     sqlx::query("BEGIN").execute(&mut *conn).await?;
     let now_ns = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -630,18 +979,6 @@ async fn write_finish(conn: &mut SqliteConnection, f: Finish) -> Result<()> {
         .bind(&d.peak_source)
         .execute(&mut *conn)
         .await?;
-    }
-    if f.link_gpu_pids {
-        for sql in [
-            "UPDATE kernels SET pid = (SELECT a.pid FROM api_calls a \
-             WHERE a.correlation_id = kernels.correlation_id LIMIT 1) \
-             WHERE pid IS NULL AND correlation_id IS NOT NULL",
-            "UPDATE memops SET pid = (SELECT a.pid FROM api_calls a \
-             WHERE a.correlation_id = memops.correlation_id LIMIT 1) \
-             WHERE pid IS NULL AND correlation_id IS NOT NULL",
-        ] {
-            sqlx::query(sql).execute(&mut *conn).await?;
-        }
     }
     sqlx::query("UPDATE run SET complete = 1")
         .execute(&mut *conn)

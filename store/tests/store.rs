@@ -189,3 +189,182 @@ fn files_that_are_not_runs_are_refused() {
     let err = Store::open(dir.path()).err().unwrap().to_string();
     assert!(err.contains("not a file"), "{err}");
 }
+
+/// The writer builds the tables' and indexes' b-tree pages itself: SQLite must find the file
+/// sound, and every row and index entry as written.
+#[test]
+fn bulk_written_pages_pass_sqlites_integrity_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run.sqlite");
+    let mut w = Writer::create(&path, CreateOptions::default()).unwrap();
+    w.link_gpu_pids(true);
+    // Long strings take overflow pages, around the lengths where the local part changes.
+    let mut names = Vec::new();
+    for len in [1, 100, 4060, 4061, 4062, 4100, 8200, 20_000] {
+        names.push(w.intern(&"k".repeat(len)));
+    }
+    let values = [
+        0i64,
+        1,
+        -1,
+        127,
+        128,
+        -129,
+        40_000,
+        -8_400_000,
+        1 << 33,
+        -(1 << 40),
+        1 << 50,
+        i64::MAX,
+        i64::MIN,
+    ];
+    let n = 60_000i64;
+    for i in 0..n {
+        let v = values[i as usize % values.len()];
+        let k = Kernel {
+            start_ns: v.wrapping_add(i),
+            end_ns: i * 10,
+            device_id: i % 3,
+            stream_id: i % 7,
+            pid: (i % 5 == 0).then_some(v),
+            correlation_id: (i % 11 != 0).then_some(i % 9000),
+            external_id: (i % 2 == 0).then_some(v),
+            name: names[i as usize % names.len()],
+            grid: (i % 4 != 0).then_some([i, 1, v]),
+            block: Some([128, 1, 1]),
+            registers_per_thread: None,
+            static_smem_bytes: Some(i % 2),
+            dynamic_smem_bytes: None,
+            graph_id: None,
+        };
+        w.kernel(k).unwrap();
+        w.api_call(ApiCall {
+            api: if i % 2 == 0 {
+                Api::Runtime
+            } else {
+                Api::Driver
+            },
+            start_ns: i,
+            end_ns: i + 1,
+            pid: 100 + (i * 7919) % 13,
+            tid: i % 4,
+            correlation_id: (i % 13 != 0).then_some(i % 9000),
+            external_id: None,
+            name: names[0],
+            return_code: Some(0),
+        })
+        .unwrap();
+        let mut r = Range::new(RangeKind::CpuOp, names[i as usize % 3], i % 2, i % 3, v);
+        r.external_id = (i % 3 != 0).then_some(i / 3);
+        r.end_ns = Some(i);
+        w.range(r).unwrap();
+        if i % 10 == 0 {
+            w.memop(Memop {
+                kind: MemopKind::Memcpy,
+                start_ns: i,
+                end_ns: i + 5,
+                device_id: 0,
+                stream_id: 1,
+                pid: None,
+                correlation_id: Some(i % 9000),
+                external_id: None,
+                bytes: Some(v),
+                copy_kind: Some(CopyKind::HtoD),
+                value: None,
+            })
+            .unwrap();
+            w.flow(Flow {
+                category: names[1],
+                flow_id: i,
+                phase: FlowPhase::Start,
+                ts_ns: i,
+                pid: 1,
+                tid: 2,
+            })
+            .unwrap();
+        }
+    }
+    w.finish(RunInfo {
+        source_format: "cupti".into(),
+        ..Default::default()
+    })
+    .unwrap();
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        use sqlx::{ConnectOptions, Connection};
+        let mut c = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(&path)
+            .connect()
+            .await
+            .unwrap();
+        let check: Vec<(String,)> = sqlx::query_as("PRAGMA integrity_check")
+            .fetch_all(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(check, vec![("ok".to_string(),)]);
+        let lens: Vec<(i64, i64)> = sqlx::query_as("SELECT id, length(value) FROM strings ORDER BY id")
+            .fetch_all(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(
+            lens.iter().map(|r| r.1).collect::<Vec<_>>(),
+            [1, 100, 4060, 4061, 4062, 4100, 8200, 20_000]
+        );
+        let counts: (i64, i64, i64, i64, i64) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM kernels), (SELECT count(*) FROM api_calls), \
+             (SELECT count(*) FROM ranges), (SELECT count(*) FROM memops), (SELECT count(*) FROM flows)",
+        )
+        .fetch_one(&mut c)
+        .await
+        .unwrap();
+        assert_eq!(counts, (n, n, n, n / 10, n / 10));
+        // Every value as written, and a missing pid linked to the smallest launching pid.
+        type Row = (i64, i64, Option<i64>, Option<i64>, Option<i64>, Option<i64>);
+        let rows: Vec<Row> =
+            sqlx::query_as(
+                "SELECT id, start_ns, pid, correlation_id, grid_z, \
+                 (SELECT min(a.pid) FROM api_calls a WHERE a.correlation_id = k.correlation_id) \
+                 FROM kernels k ORDER BY id",
+            )
+            .fetch_all(&mut c)
+            .await
+            .unwrap();
+        for (id, start, pid, corr, grid_z, linked) in rows {
+            let i = id - 1;
+            let v = values[i as usize % values.len()];
+            assert_eq!(start, v.wrapping_add(i));
+            assert_eq!(corr, (i % 11 != 0).then_some(i % 9000));
+            assert_eq!(grid_z, (i % 4 != 0).then_some(v));
+            let want = if i % 5 == 0 { Some(v) } else { linked };
+            assert_eq!(pid, want, "kernel {id}");
+        }
+        // Index order equals a sort of the table.
+        for (index, table, cols) in [
+            ("kernels_by_stream_time", "kernels", "device_id, stream_id, start_ns"),
+            ("kernels_by_correlation", "kernels", "correlation_id, pid"),
+            ("api_calls_by_correlation", "api_calls", "correlation_id, pid"),
+            ("ranges_by_external", "ranges", "external_id"),
+            ("ranges_by_thread_time", "ranges", "pid, tid, start_ns"),
+        ] {
+            let by_index: Vec<(i64,)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT id FROM {table} INDEXED BY {index} WHERE {} IS NOT NULL OR 1 ORDER BY {cols}, id",
+                cols.split(',').next().unwrap()
+            )))
+            .fetch_all(&mut c)
+            .await
+            .unwrap();
+            let sorted: Vec<(i64,)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT id FROM {table} NOT INDEXED ORDER BY {cols}, id"
+            )))
+            .fetch_all(&mut c)
+            .await
+            .unwrap();
+            assert_eq!(by_index, sorted, "{index}");
+        }
+        c.close().await.unwrap();
+    });
+    Store::open(&path).unwrap();
+}

@@ -1,8 +1,11 @@
 //! PyTorch profiler (Kineto) Chrome-trace JSON, plain or gzip-compressed.
 //!
-//! The whole (decompressed) file is read into memory once and parsed in place: strings are
+//! The whole (decompressed) file is read into memory once and parsed in place by a scanner
+//! made for Kineto's event shape (`scan.rs`, with serde_json for anything else): strings are
 //! borrowed from that buffer where they carry no escapes, and each element of `traceEvents` is
 //! handed to the writer as soon as it is parsed, so no event list is ever built.
+
+mod scan;
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
@@ -14,12 +17,13 @@ use fuseprof_store::{
     Api, ApiCall, CopyKind, CreateOptions, Device, Flow, FlowPhase, Kernel, Memop, MemopKind,
     Range, RangeKind, RunInfo, StrId, Writer,
 };
-use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::{nominal_peaks, Format, ImportError, ImportReport, Result};
 use crate::progress::{Counting, Progress};
+use scan::ScanError;
 
 /// Events between two updates of the progress counters.
 const PROGRESS_EVERY: u64 = 4096;
@@ -36,12 +40,17 @@ pub fn read_source(path: &Path, progress: Option<&Progress>) -> Result<Vec<u8>> 
         p.phase("reading", size);
     }
     let mut raw = Vec::with_capacity(size as usize);
-    Counting {
-        inner: file,
-        progress,
+    // In chunks through `File`'s own reads, which fill the vector's spare capacity as it is (a
+    // wrapping reader would have read_to_end zero every chunk first); progress per chunk.
+    loop {
+        let n = (&file).take(16 << 20).read_to_end(&mut raw).map_err(io)?;
+        if n == 0 {
+            break;
+        }
+        if let Some(p) = progress {
+            p.add_bytes_done(n as u64);
+        }
     }
-    .read_to_end(&mut raw)
-    .map_err(io)?;
     if raw.starts_with(&[0x1f, 0x8b]) {
         if let Some(p) = progress {
             p.phase("inflating", raw.len() as u64);
@@ -79,17 +88,21 @@ pub(crate) fn import(
         p.phase("parsing", text.len() as u64);
     }
     let mut writer = Writer::create(output, create)?;
+    // Kineto files kernels under a per-device "process"; the launching process comes from the
+    // runtime call with the same correlation id.
+    writer.link_gpu_pids(true);
     let mut sink = Sink::new(&mut writer);
     sink.progress = progress.map(|p| (p, text.as_ptr() as usize));
-    let mut de = serde_json::Deserializer::from_str(text);
-    let top = TopLevel { sink: &mut sink };
-    let parsed = top.deserialize(&mut de).and_then(|()| de.end());
-    if let Err(e) = parsed {
-        // A writer error surfaces through serde as a custom error: report it as it was.
-        if let Some(err) = sink.error.take() {
-            return Err(err.into());
+    match scan::parse(text, &mut sink) {
+        Ok(()) => {}
+        Err(ScanError::Sink(e)) => return Err(e.into()),
+        Err(ScanError::Invalid) => {
+            let what = check(text).map_or_else(
+                || "not a PyTorch-profiler trace".to_string(),
+                |e| describe_json_error(&e),
+            );
+            return Err(ImportError::format(path, what));
         }
-        return Err(ImportError::format(path, describe_json_error(&e)));
     }
     if sink.events == 0 {
         return Err(ImportError::format(
@@ -114,9 +127,6 @@ pub(crate) fn import(
     for d in devices {
         writer.device(d);
     }
-    // Kineto files kernels under a per-device "process"; the launching process comes from the
-    // runtime call with the same correlation id.
-    writer.link_gpu_pids(true);
     let counts = writer.finish(RunInfo {
         source_format: "kineto".into(),
         source_path: Some(path.display().to_string()),
@@ -139,6 +149,72 @@ fn describe_json_error(e: &serde_json::Error) -> String {
     }
 }
 
+/// What is wrong with a text the scanner refused, as serde_json reads the whole of it into
+/// the trace's types (`None` if it finds nothing wrong).
+fn check(text: &str) -> Option<serde_json::Error> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    Check.deserialize(&mut de).and_then(|()| de.end()).err()
+}
+
+/// The shape of a trace for serde_json: an object with `traceEvents` (and the keys the import
+/// reads), or a bare array of events.
+struct Check;
+
+impl<'de> DeserializeSeed<'de> for Check {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Check {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a Chrome-trace object with 'traceEvents', or an array of events")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<(), A::Error> {
+        Events.visit_seq(seq)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+            match key.as_ref() {
+                "traceEvents" => map.next_value_seed(Events)?,
+                "deviceProperties" => drop(map.next_value::<Vec<DeviceProps<'de>>>()?),
+                "cupti_version"
+                | "cuda_runtime_version"
+                | "cuda_driver_version"
+                | "schemaVersion"
+                | "baseTimeNanoseconds" => drop(map.next_value::<Num<'de>>()?),
+                "distributedInfo" => drop(map.next_value::<DistributedInfo<'de>>()?),
+                _ => drop(map.next_value::<IgnoredAny>()?),
+            }
+        }
+        Ok(())
+    }
+}
+
+struct Events;
+
+impl<'de> DeserializeSeed<'de> for Events {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Events {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array of trace events")
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element::<RawEvent<'de>>()?.is_some() {}
+        Ok(())
+    }
+}
+
 /// Receives parsed events and writes them.
 struct Sink<'w> {
     w: &'w mut Writer,
@@ -150,7 +226,6 @@ struct Sink<'w> {
     text_ids: HashMap<String, i64>,
     run: RunInfo,
     devices: Vec<Device>,
-    error: Option<fuseprof_store::Error>,
     cat_ids: HashMap<String, StrId>,
     /// The counters to advance, and the address of the text being parsed: an event's
     /// borrowed `ts` lies in it, so its address gives the bytes parsed so far.
@@ -170,9 +245,27 @@ impl<'w> Sink<'w> {
                 ..Default::default()
             },
             devices: Vec::new(),
-            error: None,
             cat_ids: HashMap::new(),
             progress: None,
+        }
+    }
+
+    fn devices(&mut self, props: Vec<DeviceProps<'_>>) {
+        for p in props {
+            let name = p.name.map(|n| n.into_owned());
+            let peaks = name.as_deref().and_then(nominal_peaks);
+            self.devices.push(Device {
+                id: p.id.unwrap_or(self.devices.len() as i64),
+                compute_major: p.compute_major,
+                compute_minor: p.compute_minor,
+                sm_count: p.num_sms,
+                memory_bytes: p.total_global_mem,
+                mem_bandwidth_bytes_per_s: peaks.map(|p| p.0),
+                peak_flops_fp16: peaks.map(|p| p.1),
+                peak_source: peaks.map(|_| "nominal".to_string()),
+                name,
+                ..Default::default()
+            });
         }
     }
 
@@ -215,7 +308,7 @@ impl<'w> Sink<'w> {
         self.events += 1;
         if self.events.is_multiple_of(PROGRESS_EVERY) {
             if let (Some((p, base)), Some(ts)) = (self.progress, e.ts) {
-                p.set_bytes_done((ts.get().as_ptr() as usize).saturating_sub(base) as u64);
+                p.set_bytes_done((ts.0.as_ptr() as usize).saturating_sub(base) as u64);
                 p.set_events(self.events);
             }
         }
@@ -223,8 +316,8 @@ impl<'w> Sink<'w> {
         let cat = e.cat.as_deref().unwrap_or("");
         let name = e.name.as_deref().unwrap_or("");
         let args = e.args.unwrap_or_default();
-        let start_ns = e.ts.as_ref().and_then(|t| time_ns(t)).unwrap_or(0);
-        let end_ns = start_ns + e.dur.as_ref().and_then(|t| time_ns(t)).unwrap_or(0).max(0);
+        let start_ns = e.ts.and_then(time_ns).unwrap_or(0);
+        let end_ns = start_ns + e.dur.and_then(time_ns).unwrap_or(0).max(0);
         match ph {
             "X" => {
                 let pid = self.id_of(&e.pid, true);
@@ -320,8 +413,8 @@ impl<'w> Sink<'w> {
                         }
                         r.external_id = args.external_id.and_then(Num::into_i64);
                         r.correlation_id = args.correlation.and_then(Num::into_i64);
-                        r.input_dims = args.input_dims.map(|v| self.w.intern(v.get()));
-                        r.input_types = args.input_types.map(|v| self.w.intern(v.get()));
+                        r.input_dims = args.input_dims.map(|v| self.w.intern(v.0));
+                        r.input_types = args.input_types.map(|v| self.w.intern(v.0));
                         if !kind.is_gpu_side() {
                             self.w.thread(pid, tid, None);
                         }
@@ -394,8 +487,8 @@ fn copy_kind_from_name(name: &str) -> CopyKind {
 
 /// Microseconds as written (integer, decimal or exponent) to integer nanoseconds, exactly for
 /// the decimal forms Kineto writes.
-fn time_ns(raw: &RawValue) -> Option<i64> {
-    let text = raw.get().trim_matches('"');
+fn time_ns(raw: Raw<'_>) -> Option<i64> {
+    let text = raw.0.trim_matches('"');
     if text.contains(['e', 'E']) {
         return text.parse::<f64>().ok().map(|us| (us * 1e3).round() as i64);
     }
@@ -541,6 +634,16 @@ fn triple<'de, D: Deserializer<'de>>(d: D) -> Result<Option<[i64; 3]>, D::Error>
     d.deserialize_any(V)
 }
 
+/// A value kept as its JSON text, as serde_json's `RawValue` gives it.
+#[derive(Clone, Copy, Debug)]
+struct Raw<'a>(&'a str);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Raw<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        <&'de RawValue>::deserialize(d).map(|v| Raw(v.get()))
+    }
+}
+
 #[derive(Deserialize, Default)]
 struct Args<'a> {
     #[serde(rename = "External id", borrow)]
@@ -566,9 +669,9 @@ struct Args<'a> {
     #[serde(borrow)]
     name: Option<Num<'a>>,
     #[serde(rename = "Input Dims", borrow)]
-    input_dims: Option<&'a RawValue>,
+    input_dims: Option<Raw<'a>>,
     #[serde(rename = "Input type", borrow)]
-    input_types: Option<&'a RawValue>,
+    input_types: Option<Raw<'a>>,
 }
 
 #[derive(Deserialize)]
@@ -584,9 +687,9 @@ struct RawEvent<'a> {
     #[serde(borrow)]
     tid: Option<Num<'a>>,
     #[serde(borrow)]
-    ts: Option<&'a RawValue>,
+    ts: Option<Raw<'a>>,
     #[serde(borrow)]
-    dur: Option<&'a RawValue>,
+    dur: Option<Raw<'a>>,
     #[serde(borrow)]
     id: Option<Num<'a>>,
     #[serde(borrow)]
@@ -615,135 +718,12 @@ struct DistributedInfo<'a> {
     backend: Option<Num<'a>>,
 }
 
-struct TopLevel<'s, 'w> {
-    sink: &'s mut Sink<'w>,
-}
-
-impl<'de> DeserializeSeed<'de> for TopLevel<'_, '_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for TopLevel<'_, '_> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a Chrome-trace object with 'traceEvents', or an array of events")
-    }
-
-    // The bare-array form of the Chrome trace format.
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<(), A::Error> {
-        Events { sink: self.sink }.visit_seq(seq)
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-            match key.as_ref() {
-                "traceEvents" => map.next_value_seed(Events {
-                    sink: &mut *self.sink,
-                })?,
-                "deviceProperties" => {
-                    let props: Vec<DeviceProps<'de>> = map.next_value()?;
-                    for p in props {
-                        let name = p.name.map(|n| n.into_owned());
-                        let peaks = name.as_deref().and_then(nominal_peaks);
-                        self.sink.devices.push(Device {
-                            id: p.id.unwrap_or(self.sink.devices.len() as i64),
-                            compute_major: p.compute_major,
-                            compute_minor: p.compute_minor,
-                            sm_count: p.num_sms,
-                            memory_bytes: p.total_global_mem,
-                            mem_bandwidth_bytes_per_s: peaks.map(|p| p.0),
-                            peak_flops_fp16: peaks.map(|p| p.1),
-                            peak_source: peaks.map(|_| "nominal".to_string()),
-                            name,
-                            ..Default::default()
-                        });
-                    }
-                }
-                "cupti_version" => self.sink.run.cupti_version = Some(scalar(&mut map)?),
-                "cuda_runtime_version" => {
-                    self.sink.run.cuda_runtime_version = Some(scalar(&mut map)?)
-                }
-                "cuda_driver_version" => {
-                    self.sink.run.cuda_driver_version = Some(scalar(&mut map)?)
-                }
-                "schemaVersion" => self.sink.run.tool_version = Some(scalar(&mut map)?),
-                // A distributed job's rank, and the wall-clock base of the timestamps: kept
-                // as meta for merging ranks (`super::ranks`).
-                "distributedInfo" => {
-                    let info: DistributedInfo<'de> = map.next_value()?;
-                    let w = &mut *self.sink.w;
-                    let fields = [
-                        ("distributed_rank", info.rank),
-                        ("distributed_world_size", info.world_size),
-                        ("distributed_backend", info.backend),
-                    ];
-                    for (key, value) in fields {
-                        match value {
-                            Some(Num::Text(t)) => w.meta(key, t),
-                            Some(n) => w.meta(key, n.into_i64().unwrap_or_default()),
-                            None => {}
-                        }
-                    }
-                }
-                "baseTimeNanoseconds" => {
-                    if let Some(ns) = map.next_value::<Num<'de>>()?.into_i64() {
-                        self.sink.w.meta("base_time_ns", ns);
-                    }
-                }
-                _ => {
-                    map.next_value::<IgnoredAny>()?;
-                }
-            }
-        }
-        Ok(())
-    }
-}
-
-fn scalar<'de, A: MapAccess<'de>>(map: &mut A) -> Result<String, A::Error> {
-    Ok(match map.next_value::<Num<'de>>()? {
-        Num::Int(i) => i.to_string(),
-        Num::Float(f) => f.to_string(),
-        Num::Text(t) => t.into_owned(),
-    })
-}
-
-struct Events<'s, 'w> {
-    sink: &'s mut Sink<'w>,
-}
-
-impl<'de> DeserializeSeed<'de> for Events<'_, '_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_seq(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Events<'_, '_> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("an array of trace events")
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        while let Some(ev) = seq.next_element::<RawEvent<'de>>()? {
-            if let Err(e) = self.sink.event(ev) {
-                let msg = e.to_string();
-                self.sink.error = Some(e);
-                return Err(de::Error::custom(msg));
-            }
-        }
-        Ok(())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn ns(s: &str) -> Option<i64> {
-        time_ns(&serde_json::from_str::<Box<RawValue>>(s).unwrap())
+        time_ns(Raw(s))
     }
 
     #[test]

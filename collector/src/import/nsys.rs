@@ -9,10 +9,10 @@ use std::path::Path;
 
 use fuseprof_store::{
     Api, ApiCall, CopyKind, CreateOptions, Device, Kernel, Memop, MemopKind, Range, RangeKind,
-    RunInfo, StrId, Writer,
+    RawRows, RunInfo, StrId, Writer,
 };
-use sqlx::sqlite::{SqliteConnectOptions, SqliteRow};
-use sqlx::{AssertSqlSafe, ConnectOptions, Row, SqliteConnection};
+use sqlx::sqlite::SqliteConnectOptions;
+use sqlx::{ConnectOptions, SqliteConnection};
 
 use super::{nominal_peaks, Format, ImportError, ImportReport, Result};
 use crate::progress::Progress;
@@ -118,21 +118,20 @@ impl<'p> Source<'p> {
         ))
     }
 
-    /// Streams the rows of `sql` to `f`.
-    fn rows(&mut self, sql: String, mut f: impl FnMut(&SqliteRow) -> Result<()>) -> Result<u64> {
-        use futures_util::TryStreamExt;
+    /// Steps through the rows of `sql`, calling `f` on each.
+    fn rows(&mut self, sql: String, mut f: impl FnMut(&RawRows<'_>) -> Result<()>) -> Result<u64> {
         let path = self.path;
         let progress = self.progress;
         let conn = &mut self.conn;
+        let bad = |e: &dyn std::fmt::Display| {
+            ImportError::format(path, format!("reading the export: {e}"))
+        };
         self.rt.block_on(async move {
+            let mut handle = conn.lock_handle().await.map_err(|e| bad(&e))?;
+            let mut rows = RawRows::prepare(&mut handle, &sql).map_err(|e| bad(&e))?;
             let mut n = 0;
-            let mut rows = sqlx::query(AssertSqlSafe(sql)).fetch(&mut *conn);
-            while let Some(row) = rows
-                .try_next()
-                .await
-                .map_err(|e| ImportError::format(path, format!("reading the export: {e}")))?
-            {
-                f(&row)?;
+            while rows.step().map_err(|e| bad(&e))? {
+                f(&rows)?;
                 n += 1;
                 if n % PROGRESS_EVERY == 0 {
                     if let Some(p) = progress {
@@ -153,8 +152,8 @@ impl<'p> Source<'p> {
         };
         let mut out = Vec::new();
         self.rows(sql, |r| {
-            let name: Option<String> = r.try_get(0).unwrap_or(None);
-            let value: Option<String> = r.try_get(1).unwrap_or(None);
+            let name = get_text(r, 0);
+            let value = get_text(r, 1);
             if let (Some(n), Some(v)) = (name, value) {
                 out.push((n, v));
             }
@@ -164,16 +163,16 @@ impl<'p> Source<'p> {
     }
 }
 
-fn get_i64(r: &SqliteRow, i: usize) -> Option<i64> {
-    r.try_get::<Option<i64>, _>(i).ok().flatten()
+fn get_i64(r: &RawRows<'_>, i: usize) -> Option<i64> {
+    r.int(i)
 }
 
-fn get_f64(r: &SqliteRow, i: usize) -> Option<f64> {
-    r.try_get::<Option<f64>, _>(i).ok().flatten()
+fn get_f64(r: &RawRows<'_>, i: usize) -> Option<f64> {
+    r.real(i)
 }
 
-fn get_text(r: &SqliteRow, i: usize) -> Option<String> {
-    r.try_get::<Option<String>, _>(i).ok().flatten()
+fn get_text(r: &RawRows<'_>, i: usize) -> Option<String> {
+    r.text(i).map(str::to_string)
 }
 
 /// Maps nsys StringIds to the run's interned strings, interning on first use.

@@ -1,0 +1,563 @@
+//! The scanner over a Kineto trace's bytes.
+//!
+//! serde_json with derived structs spends most of an import's parsing time on its generic
+//! machinery: a visitor call per key and value, an `Option` per field, the event moved several
+//! times. Kineto writes every event in one shape (flat keys, short strings without escapes,
+//! integer ids), which this scanner reads in one pass over the bytes, borrowing every string
+//! from the buffer. Anything else in an event (an escape, a float where an id belongs, a
+//! duplicate key, a syntax error) sends that one event through serde_json and the derived
+//! `RawEvent`, so the records and the errors are exactly serde's. The document's outer levels
+//! (the top-level object, `deviceProperties`, the version keys) are a handful of values and go
+//! through serde_json as well.
+
+use std::borrow::Cow;
+
+use serde::de::IgnoredAny;
+use serde::Deserialize;
+
+use super::{Args, DeviceProps, DistributedInfo, Num, Raw, RawEvent, Sink};
+
+/// Why the scan stopped.
+pub(super) enum ScanError {
+    /// The text is not JSON, or not a trace: the caller words it by reading the whole text
+    /// through serde_json ([`super::check`]), so the message and position are serde's.
+    Invalid,
+    /// The writer failed.
+    Sink(fuseprof_store::Error),
+}
+
+type Scan<T> = Result<T, ScanError>;
+
+/// Nesting deeper than this in a value the scanner skips goes to serde_json (which has its
+/// own limit, and its own error for it).
+const MAX_DEPTH: u32 = 64;
+
+/// Event keys, as bits, to find a duplicate (serde's derived structs refuse them).
+const PH: u32 = 1;
+const CAT: u32 = 1 << 1;
+const NAME: u32 = 1 << 2;
+const PID: u32 = 1 << 3;
+const TID: u32 = 1 << 4;
+const TS: u32 = 1 << 5;
+const DUR: u32 = 1 << 6;
+const ID: u32 = 1 << 7;
+const ARGS: u32 = 1 << 8;
+
+/// Parses the whole document into `sink`.
+pub(super) fn parse(text: &str, sink: &mut Sink<'_>) -> Scan<()> {
+    let s = Scanner {
+        text,
+        b: text.as_bytes(),
+    };
+    let i = s.ws(0);
+    let end = match s.at(i) {
+        b'{' => s.object(i, sink)?,
+        b'[' => s.events(i, sink)?,
+        _ => return Err(ScanError::Invalid),
+    };
+    let j = s.ws(end);
+    if j < s.b.len() {
+        return Err(ScanError::Invalid);
+    }
+    Ok(())
+}
+
+struct Scanner<'a> {
+    text: &'a str,
+    b: &'a [u8],
+}
+
+impl<'a> Scanner<'a> {
+    /// The byte at `i`, or 0 past the end (0 is valid nowhere the scanner looks).
+    #[inline]
+    fn at(&self, i: usize) -> u8 {
+        self.b.get(i).copied().unwrap_or(0)
+    }
+
+    #[inline]
+    fn ws(&self, mut i: usize) -> usize {
+        while matches!(self.at(i), b' ' | b'\n' | b'\r' | b'\t') {
+            i += 1;
+        }
+        i
+    }
+
+    /// One value from byte `i` through serde_json, and the byte after it.
+    fn serde<T: Deserialize<'a>>(&self, i: usize) -> Scan<(T, usize)> {
+        let mut values = serde_json::Deserializer::from_str(&self.text[i..]).into_iter::<T>();
+        match values.next() {
+            Some(Ok(v)) => Ok((v, i + values.byte_offset())),
+            _ => Err(ScanError::Invalid),
+        }
+    }
+
+    /// The top-level object: `traceEvents` is scanned, every other key read by serde_json.
+    fn object(&self, i: usize, sink: &mut Sink<'_>) -> Scan<usize> {
+        let mut j = self.ws(i + 1);
+        if self.at(j) == b'}' {
+            return Ok(j + 1);
+        }
+        loop {
+            if self.at(j) != b'"' {
+                return Err(ScanError::Invalid);
+            }
+            let (key, n) = self.serde::<Cow<'a, str>>(j)?;
+            j = self.ws(n);
+            if self.at(j) != b':' {
+                return Err(ScanError::Invalid);
+            }
+            j = self.ws(j + 1);
+            j = match key.as_ref() {
+                "traceEvents" => self.events(j, sink)?,
+                "deviceProperties" => {
+                    let (props, n) = self.serde::<Vec<DeviceProps<'a>>>(j)?;
+                    sink.devices(props);
+                    n
+                }
+                "cupti_version"
+                | "cuda_runtime_version"
+                | "cuda_driver_version"
+                | "schemaVersion" => {
+                    let (v, n) = self.serde::<Num<'a>>(j)?;
+                    let v = Some(match v {
+                        Num::Int(i) => i.to_string(),
+                        Num::Float(f) => f.to_string(),
+                        Num::Text(t) => t.into_owned(),
+                    });
+                    let run = &mut sink.run;
+                    match key.as_ref() {
+                        "cupti_version" => run.cupti_version = v,
+                        "cuda_runtime_version" => run.cuda_runtime_version = v,
+                        "cuda_driver_version" => run.cuda_driver_version = v,
+                        _ => run.tool_version = v,
+                    }
+                    n
+                }
+                // A distributed job's rank, and the wall-clock base of the timestamps: kept as
+                // meta for merging ranks (`super::super::ranks`).
+                "distributedInfo" => {
+                    let (info, n) = self.serde::<DistributedInfo<'a>>(j)?;
+                    let fields = [
+                        ("distributed_rank", info.rank),
+                        ("distributed_world_size", info.world_size),
+                        ("distributed_backend", info.backend),
+                    ];
+                    for (key, value) in fields {
+                        match value {
+                            Some(Num::Text(t)) => sink.w.meta(key, t),
+                            Some(v) => sink.w.meta(key, v.into_i64().unwrap_or_default()),
+                            None => {}
+                        }
+                    }
+                    n
+                }
+                "baseTimeNanoseconds" => {
+                    let (v, n) = self.serde::<Num<'a>>(j)?;
+                    if let Some(ns) = v.into_i64() {
+                        sink.w.meta("base_time_ns", ns);
+                    }
+                    n
+                }
+                _ => self.serde::<IgnoredAny>(j)?.1,
+            };
+            j = self.ws(j);
+            match self.at(j) {
+                b',' => {
+                    j = self.ws(j + 1);
+                    if self.at(j) == b'}' {
+                        return Err(ScanError::Invalid);
+                    }
+                }
+                b'}' => return Ok(j + 1),
+                _ => return Err(ScanError::Invalid),
+            }
+        }
+    }
+
+    /// The events array: each element scanned, or read by serde_json when it is unusual.
+    fn events(&self, i: usize, sink: &mut Sink<'_>) -> Scan<usize> {
+        if self.at(i) != b'[' {
+            return Err(ScanError::Invalid);
+        }
+        let mut j = self.ws(i + 1);
+        if self.at(j) == b']' {
+            return Ok(j + 1);
+        }
+        loop {
+            let (event, n) = match self.event(j) {
+                Some(e) => e,
+                None => self.serde::<RawEvent<'a>>(j)?,
+            };
+            sink.event(event).map_err(ScanError::Sink)?;
+            j = self.ws(n);
+            match self.at(j) {
+                b',' => {
+                    j = self.ws(j + 1);
+                    if self.at(j) == b']' {
+                        return Err(ScanError::Invalid);
+                    }
+                }
+                b']' => return Ok(j + 1),
+                _ => return Err(ScanError::Invalid),
+            }
+        }
+    }
+
+    /// The end (closing quote) of a string whose contents start at `i`, when it has no escape
+    /// and no control character.
+    #[inline]
+    fn str_end(&self, i: usize) -> Option<usize> {
+        let rest = self.b.get(i..)?;
+        let k = memchr::memchr2(b'"', b'\\', rest)?;
+        let s = &rest[..k];
+        // Branch-free over the whole string, so that it vectorises.
+        if rest[k] != b'"' || s.iter().fold(false, |bad, &c| bad | (c < 0x20)) {
+            return None;
+        }
+        Some(i + k)
+    }
+
+    /// A string value (contents, byte after it) or `null`.
+    #[inline]
+    fn opt_str(&self, i: usize) -> Option<(Option<Cow<'a, str>>, usize)> {
+        match self.at(i) {
+            b'"' => {
+                let e = self.str_end(i + 1)?;
+                Some((Some(Cow::Borrowed(&self.text[i + 1..e])), e + 1))
+            }
+            b'n' => Some((None, self.literal(i, b"null")?)),
+            _ => None,
+        }
+    }
+
+    #[inline]
+    fn literal(&self, i: usize, word: &[u8]) -> Option<usize> {
+        (self.b.get(i..i + word.len())? == word).then_some(i + word.len())
+    }
+
+    /// An integer as serde_json reads it into an `i64` without loss (at most 18 digits, no
+    /// fraction or exponent); anything else is left to serde_json.
+    #[inline]
+    fn int(&self, i: usize) -> Option<(i64, usize)> {
+        let neg = self.at(i) == b'-';
+        let start = i + neg as usize;
+        let mut j = start;
+        let mut v: i64 = 0;
+        while let c @ b'0'..=b'9' = self.at(j) {
+            v = v * 10 + (c - b'0') as i64;
+            j += 1;
+            if j - start > 18 {
+                return None;
+            }
+        }
+        let digits = j - start;
+        if digits == 0
+            || (digits > 1 && self.b[start] == b'0')
+            || matches!(self.at(j), b'.' | b'e' | b'E')
+        {
+            return None;
+        }
+        Some((if neg { -v } else { v }, j))
+    }
+
+    /// A field read as [`Num`]: an integer, a string, a boolean or `null`.
+    #[inline]
+    fn opt_num(&self, i: usize) -> Option<(Option<Num<'a>>, usize)> {
+        match self.at(i) {
+            b'-' | b'0'..=b'9' => {
+                let (v, j) = self.int(i)?;
+                Some((Some(Num::Int(v)), j))
+            }
+            b'"' => {
+                let e = self.str_end(i + 1)?;
+                Some((Some(Num::Text(Cow::Borrowed(&self.text[i + 1..e]))), e + 1))
+            }
+            b'n' => Some((None, self.literal(i, b"null")?)),
+            b't' => Some((Some(Num::Int(1)), self.literal(i, b"true")?)),
+            b'f' => Some((Some(Num::Int(0)), self.literal(i, b"false")?)),
+            _ => None,
+        }
+    }
+
+    /// A field kept as its JSON text (like serde_json's `RawValue`), or `null`.
+    #[inline]
+    fn opt_raw(&self, i: usize) -> Option<(Option<Raw<'a>>, usize)> {
+        if self.at(i) == b'n' {
+            return Some((None, self.literal(i, b"null")?));
+        }
+        let e = self.skip(i, 0)?;
+        Some((Some(Raw(&self.text[i..e])), e))
+    }
+
+    /// `[x, y, z]` launch dimensions of integers, or `null`.
+    fn opt_triple(&self, i: usize) -> Option<(Option<[i64; 3]>, usize)> {
+        if self.at(i) == b'n' {
+            return Some((None, self.literal(i, b"null")?));
+        }
+        if self.at(i) != b'[' {
+            return None;
+        }
+        let mut dims = [0i64; 3];
+        let mut j = i + 1;
+        for (k, d) in dims.iter_mut().enumerate() {
+            j = self.ws(j);
+            let (v, n) = self.int(j)?;
+            *d = v;
+            j = self.ws(n);
+            let sep = if k < 2 { b',' } else { b']' };
+            if self.at(j) != sep {
+                return None;
+            }
+            j += 1;
+        }
+        Some((Some(dims), j))
+    }
+
+    /// The end of a number, by JSON's grammar.
+    fn number_end(&self, i: usize) -> Option<usize> {
+        let mut j = i + (self.at(i) == b'-') as usize;
+        match self.at(j) {
+            b'0' => j += 1,
+            b'1'..=b'9' => {
+                while self.at(j).is_ascii_digit() {
+                    j += 1;
+                }
+            }
+            _ => return None,
+        }
+        if self.at(j) == b'.' {
+            j += 1;
+            if !self.at(j).is_ascii_digit() {
+                return None;
+            }
+            while self.at(j).is_ascii_digit() {
+                j += 1;
+            }
+        }
+        if matches!(self.at(j), b'e' | b'E') {
+            j += 1;
+            if matches!(self.at(j), b'+' | b'-') {
+                j += 1;
+            }
+            if !self.at(j).is_ascii_digit() {
+                return None;
+            }
+            while self.at(j).is_ascii_digit() {
+                j += 1;
+            }
+        }
+        Some(j)
+    }
+
+    /// The end of any value, checked as serde_json checks a value it ignores.
+    fn skip(&self, i: usize, depth: u32) -> Option<usize> {
+        match self.at(i) {
+            b'"' => Some(self.str_end(i + 1)? + 1),
+            b'-' | b'0'..=b'9' => self.number_end(i),
+            b't' => self.literal(i, b"true"),
+            b'f' => self.literal(i, b"false"),
+            b'n' => self.literal(i, b"null"),
+            b'[' if depth < MAX_DEPTH => {
+                let mut j = self.ws(i + 1);
+                if self.at(j) == b']' {
+                    return Some(j + 1);
+                }
+                loop {
+                    j = self.ws(self.skip(j, depth + 1)?);
+                    match self.at(j) {
+                        b',' => j = self.ws(j + 1),
+                        b']' => return Some(j + 1),
+                        _ => return None,
+                    }
+                }
+            }
+            b'{' if depth < MAX_DEPTH => {
+                let mut j = self.ws(i + 1);
+                if self.at(j) == b'}' {
+                    return Some(j + 1);
+                }
+                loop {
+                    if self.at(j) != b'"' {
+                        return None;
+                    }
+                    j = self.ws(self.str_end(j + 1)? + 1);
+                    if self.at(j) != b':' {
+                        return None;
+                    }
+                    j = self.ws(self.skip(self.ws(j + 1), depth + 1)?);
+                    match self.at(j) {
+                        b',' => j = self.ws(j + 1),
+                        b'}' => return Some(j + 1),
+                        _ => return None,
+                    }
+                }
+            }
+            _ => None,
+        }
+    }
+
+    /// Calls `field(key, at)` for each member of the object at `i` (which returns the byte
+    /// after the value, or `None` to give up), and returns the byte after the object.
+    #[inline]
+    fn members(
+        &self,
+        i: usize,
+        mut field: impl FnMut(&'a [u8], usize) -> Option<usize>,
+    ) -> Option<usize> {
+        if self.at(i) != b'{' {
+            return None;
+        }
+        let mut j = self.ws(i + 1);
+        if self.at(j) == b'}' {
+            return Some(j + 1);
+        }
+        loop {
+            if self.at(j) != b'"' {
+                return None;
+            }
+            let e = self.str_end(j + 1)?;
+            let key = &self.b[j + 1..e];
+            j = self.ws(e + 1);
+            if self.at(j) != b':' {
+                return None;
+            }
+            j = self.ws(field(key, self.ws(j + 1))?);
+            match self.at(j) {
+                b',' => j = self.ws(j + 1),
+                b'}' => return Some(j + 1),
+                _ => return None,
+            }
+        }
+    }
+
+    /// One event in Kineto's usual shape, or `None` for serde_json to read it.
+    fn event(&self, i: usize) -> Option<(RawEvent<'a>, usize)> {
+        let mut e = RawEvent {
+            ph: None,
+            cat: None,
+            name: None,
+            pid: None,
+            tid: None,
+            ts: None,
+            dur: None,
+            id: None,
+            args: None,
+        };
+        let mut seen = 0u32;
+        let end = self.members(i, |key, j| {
+            let bit = match key {
+                b"ph" => PH,
+                b"cat" => CAT,
+                b"name" => NAME,
+                b"pid" => PID,
+                b"tid" => TID,
+                b"ts" => TS,
+                b"dur" => DUR,
+                b"id" => ID,
+                b"args" => ARGS,
+                _ => return self.skip(j, 1),
+            };
+            if seen & bit != 0 {
+                return None;
+            }
+            seen |= bit;
+            match bit {
+                PH => self.opt_str(j).map(|(v, n)| {
+                    e.ph = v;
+                    n
+                }),
+                CAT => self.opt_str(j).map(|(v, n)| {
+                    e.cat = v;
+                    n
+                }),
+                NAME => self.opt_str(j).map(|(v, n)| {
+                    e.name = v;
+                    n
+                }),
+                PID => self.opt_num(j).map(|(v, n)| {
+                    e.pid = v;
+                    n
+                }),
+                TID => self.opt_num(j).map(|(v, n)| {
+                    e.tid = v;
+                    n
+                }),
+                ID => self.opt_num(j).map(|(v, n)| {
+                    e.id = v;
+                    n
+                }),
+                TS => self.opt_raw(j).map(|(v, n)| {
+                    e.ts = v;
+                    n
+                }),
+                DUR => self.opt_raw(j).map(|(v, n)| {
+                    e.dur = v;
+                    n
+                }),
+                _ if self.at(j) == b'n' => self.literal(j, b"null"),
+                _ => self.args(j).map(|(a, n)| {
+                    e.args = Some(a);
+                    n
+                }),
+            }
+        })?;
+        Some((e, end))
+    }
+
+    /// An event's `args`, or `None` for serde_json to read the event.
+    fn args(&self, i: usize) -> Option<(Args<'a>, usize)> {
+        let mut a = Args::default();
+        let mut seen = 0u32;
+        let end = self.members(i, |key, j| {
+            let bit = match key {
+                b"External id" => 1,
+                b"correlation" => 1 << 1,
+                b"device" => 1 << 2,
+                b"stream" => 1 << 3,
+                b"grid" => 1 << 4,
+                b"block" => 1 << 5,
+                b"registers per thread" => 1 << 6,
+                b"shared memory" => 1 << 7,
+                b"bytes" => 1 << 8,
+                b"kind" => 1 << 9,
+                b"name" => 1 << 10,
+                b"Input Dims" => 1 << 11,
+                b"Input type" => 1 << 12,
+                _ => return self.skip(j, 1),
+            };
+            if seen & bit != 0 {
+                return None;
+            }
+            seen |= bit;
+            let num = match bit {
+                1 => &mut a.external_id,
+                2 => &mut a.correlation,
+                4 => &mut a.device,
+                8 => &mut a.stream,
+                64 => &mut a.registers,
+                128 => &mut a.shared_memory,
+                256 => &mut a.bytes,
+                512 => &mut a.kind,
+                1024 => &mut a.name,
+                16 | 32 => {
+                    let (v, n) = self.opt_triple(j)?;
+                    *(if bit == 16 { &mut a.grid } else { &mut a.block }) = v;
+                    return Some(n);
+                }
+                _ => {
+                    let (v, n) = self.opt_raw(j)?;
+                    *(if bit == 2048 {
+                        &mut a.input_dims
+                    } else {
+                        &mut a.input_types
+                    }) = v;
+                    return Some(n);
+                }
+            };
+            let (v, n) = self.opt_num(j)?;
+            *num = v;
+            Some(n)
+        })?;
+        Some((a, end))
+    }
+}
