@@ -1,8 +1,8 @@
-//! Prepared statements on the SQLite handle that sqlx lends out (`lock_handle`).
+//! Prepared statements on a raw SQLite handle: the one sqlx lends out (`lock_handle`) to the
+//! writer, or the reader's own read-only connection ([`RawDb`]).
 //!
 //! sqlx runs each statement through a worker thread and a channel: right for metadata, too slow
-//! for millions of rows. The bulk paths (writing batches, scanning tables) borrow the
-//! connection's raw handle for the duration of one batch or one scan and step statements here.
+//! for millions of rows. The bulk paths (writing batches, scanning tables) step statements here.
 
 use std::ffi::{c_int, CStr};
 use std::marker::PhantomData;
@@ -11,6 +11,51 @@ use std::ptr::{self, NonNull};
 use libsqlite3_sys as ffi;
 
 use crate::{Error, Result};
+
+/// A read-only connection of our own, outside sqlx. The store reader steps its queries and
+/// scans here: borrowing sqlx's handle for each of them (`lock_handle`, a round trip through
+/// the connection's worker thread every time) now and then left the caller and the worker
+/// waiting on each other for ever.
+pub(crate) struct RawDb {
+    db: NonNull<ffi::sqlite3>,
+}
+
+// SAFETY: the connection is used by one thread at a time (through `&mut Store`), and SQLite's
+// default threading mode (serialized) allows moving it between threads.
+unsafe impl Send for RawDb {}
+
+impl RawDb {
+    pub(crate) fn open_read_only(path: &std::path::Path) -> Result<RawDb> {
+        use std::os::unix::ffi::OsStrExt;
+        let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+            .map_err(|_| Error::Sqlite("NUL in the run's path".into()))?;
+        let mut db = ptr::null_mut();
+        // SAFETY: `c` is NUL-terminated; `db` receives a handle (or null) that we own.
+        let rc = unsafe {
+            ffi::sqlite3_open_v2(c.as_ptr(), &mut db, ffi::SQLITE_OPEN_READONLY, ptr::null())
+        };
+        let Some(db) = NonNull::new(db) else {
+            return Err(Error::Sqlite("open: out of memory".into()));
+        };
+        let raw = RawDb { db };
+        if rc != ffi::SQLITE_OK {
+            return Err(db_error(raw.db, "open"));
+        }
+        Ok(raw)
+    }
+
+    pub(crate) fn handle(&mut self) -> NonNull<ffi::sqlite3> {
+        self.db
+    }
+}
+
+impl Drop for RawDb {
+    fn drop(&mut self) {
+        // SAFETY: the handle is ours, and every statement prepared on it was finalized when it
+        // dropped (statements borrow the store mutably, so none outlives it).
+        unsafe { ffi::sqlite3_close(self.db.as_ptr()) };
+    }
+}
 
 /// A prepared statement that must not outlive the locked handle it came from (`'h`).
 pub(crate) struct Stmt<'h> {

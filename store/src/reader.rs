@@ -15,7 +15,7 @@ pub use timeline::{
 };
 
 use crate::model::*;
-use crate::raw::{self, Stmt};
+use crate::raw::{self, RawDb, Stmt};
 use crate::{Error, Result, SCHEMA_VERSION};
 use pages::{PageFile, Record};
 
@@ -60,6 +60,8 @@ pub struct Store {
     page_scans: bool,
     /// How the last lean scan read its rows.
     last_lean_scan: PagesAndSql,
+    /// The read-only connection the queries and scans step on, opened at their first use.
+    raw: Option<RawDb>,
 }
 
 /// Rows a lean scan read from the table's pages and through SQL.
@@ -355,7 +357,16 @@ impl Store {
             schema_version,
             page_scans: true,
             last_lean_scan: PagesAndSql::default(),
+            raw: None,
         })
+    }
+
+    /// The raw read-only connection (see [`RawDb`]).
+    pub(crate) fn raw_db(&mut self) -> Result<std::ptr::NonNull<libsqlite3_sys::sqlite3>> {
+        if self.raw.is_none() {
+            self.raw = Some(RawDb::open_read_only(&self.path)?);
+        }
+        Ok(self.raw.as_mut().expect("opened above").handle())
     }
 
     pub fn path(&self) -> &Path {
@@ -547,18 +558,15 @@ impl Store {
 
     /// Runs `sql` with `params` bound to ?1, ?2, ... and calls `row` for each result row.
     fn query(&mut self, sql: &str, params: &[i64], mut row: impl FnMut(&Stmt<'_>)) -> Result<()> {
-        let conn = &mut self.conn;
-        self.rt.block_on(async move {
-            let mut h = conn.lock_handle().await?;
-            let mut st = Stmt::prepare(h.as_raw_handle(), sql)?;
-            for (i, p) in params.iter().enumerate() {
-                st.bind_i64(i as i32 + 1, *p)?;
-            }
-            while st.step()? {
-                row(&st);
-            }
-            Ok(())
-        })
+        let db = self.raw_db()?;
+        let mut st = Stmt::prepare(db, sql)?;
+        for (i, p) in params.iter().enumerate() {
+            st.bind_i64(i as i32 + 1, *p)?;
+        }
+        while st.step()? {
+            row(&st);
+        }
+        Ok(())
     }
 
     /// Every kernel, in the order they were written.
@@ -664,12 +672,10 @@ impl Store {
         mut f: impl FnMut(&T),
     ) -> Result<()> {
         let page_scans = self.page_scans;
-        let conn = &mut self.conn;
+        let db = self.raw_db()?;
         let mut rows = PagesAndSql::default();
         let rows_read = &mut rows;
-        let result = self.rt.block_on(async move {
-            let mut h = conn.lock_handle().await?;
-            let db = h.as_raw_handle();
+        let result = {
             let in_txn = page_scans && raw::exec(db, "BEGIN").is_ok();
             let result = (|| {
                 let mut from = i64::MIN;
@@ -707,7 +713,7 @@ impl Store {
                 Ok(())
             };
             result.and(commit)
-        });
+        };
         tracing::debug!(
             "{}: {} rows from its pages, {} through SQL",
             table.name,

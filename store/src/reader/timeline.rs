@@ -353,10 +353,8 @@ impl Store {
         limit: i64,
     ) -> Result<Vec<Vec<GpuSpan>>> {
         let mut out: Vec<Vec<GpuSpan>> = vec![Vec::new(); starts.len()];
-        let conn = &mut self.conn;
-        self.rt.block_on(async {
-            let mut h = conn.lock_handle().await?;
-            let db = h.as_raw_handle();
+        let db = self.raw_db()?;
+        let mut read = || -> Result<()> {
             for (sql, memops) in [
                 (
                     format!(
@@ -391,8 +389,9 @@ impl Store {
                     }
                 }
             }
-            Ok::<(), crate::Error>(())
-        })?;
+            Ok(())
+        };
+        read()?;
         for v in &mut out {
             v.sort_by_key(|g| (g.start_ns, g.kind, g.id));
         }
@@ -410,11 +409,10 @@ impl Store {
         limit: i64,
     ) -> Result<Vec<Vec<HostSpan>>> {
         let mut out: Vec<Vec<HostSpan>> = vec![Vec::new(); starts.len()];
-        let conn = &mut self.conn;
-        self.rt.block_on(async {
-            let mut h = conn.lock_handle().await?;
+        let db = self.raw_db()?;
+        let mut read = || -> Result<()> {
             let mut st = Stmt::prepare(
-                h.as_raw_handle(),
+                db,
                 &format!(
                     "SELECT {RANGE_COLUMNS} FROM ranges WHERE pid = ?1 AND tid = ?2 \
                      AND start_ns >= ?3 AND start_ns < ?4 ORDER BY start_ns, id LIMIT ?5"
@@ -432,8 +430,9 @@ impl Store {
                     out[i].push(host_span(&st));
                 }
             }
-            Ok::<(), crate::Error>(())
-        })?;
+            Ok(())
+        };
+        read()?;
         Ok(out)
     }
 
