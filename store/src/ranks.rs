@@ -259,10 +259,10 @@ pub fn publish_with_ranks(
     process_rank: &[(i64, i64)],
     device_rank: &[(i64, i64)],
 ) -> Result<()> {
-    let guard = Removal(Some(part.to_path_buf()));
+    let mut guard = Removal(Some(part.to_path_buf()));
     write_ranks(part, ranks, process_rank, device_rank)?;
     publish(part, output, options.overwrite)?;
-    std::mem::forget(guard);
+    guard.0 = None; // published: nothing to remove
     Ok(())
 }
 
@@ -338,11 +338,11 @@ pub fn merge_ranks(
 ) -> Result<MergeReport> {
     let tmp = temp_path(output, options)?;
     std::fs::File::create(&tmp).map_err(|e| io_error(output, e))?;
-    let guard = Removal(Some(tmp.clone()));
+    let mut guard = Removal(Some(tmp.clone()));
     let rt = runtime(output)?;
     let report = rt.block_on(merge_into(&tmp, parts, run))?;
     publish(&tmp, output, options.overwrite)?;
-    std::mem::forget(guard);
+    guard.0 = None; // published: nothing to remove
     Ok(report)
 }
 
