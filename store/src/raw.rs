@@ -41,6 +41,10 @@ impl RawDb {
         if rc != ffi::SQLITE_OK {
             return Err(db_error(raw.db, "open"));
         }
+        // Wait out a writer's lock (another process or thread keeping summaries in the run) as
+        // sqlx's connections do, instead of failing with SQLITE_BUSY at once.
+        // SAFETY: the handle is open and ours.
+        unsafe { ffi::sqlite3_busy_timeout(raw.db.as_ptr(), 5_000) };
         Ok(raw)
     }
 
