@@ -140,40 +140,7 @@ pub unsafe fn launch_ln_mlp_residual(
         return Err(invalid("MLP grid too large"));
     }
     let variant = shape.width as u32;
-    if shape.resident() {
-        // A GPU whose CTAs cannot have that much shared memory (sm_80: 163 KiB) refuses the
-        // attribute: the streaming kernel runs there instead.
-        let smem = shape.resident_shared_bytes();
-        let name = "ln_mlp_residual_resident";
-        if let Ok(resident) = gpu.resident_ctas(&SOURCE, dtype, variant, name, THREADS, smem) {
-            if resident > 0 {
-                let cfg = LaunchConfig {
-                    grid: ((tiles as u64).min(resident) as u32, 1, 1),
-                    block: (THREADS, 1, 1),
-                    shared_bytes: smem,
-                };
-                let args = Args::default()
-                    .ptr(bufs.x)
-                    .ptr(bufs.gamma)
-                    .ptr(bufs.beta)
-                    .f32(eps)
-                    .ptr(bufs.w1)
-                    .ptr(bufs.b1)
-                    .ptr(bufs.w2)
-                    .ptr(bufs.b2)
-                    .ptr(bufs.out)
-                    .i64(shape.rows as i64);
-                // SAFETY: the argument list matches ln_mlp_residual_resident; its CTAs walk
-                // the row tiles and guard rows past the end; extents are the caller's contract.
-                return unsafe { gpu.launch(&SOURCE, dtype, variant, name, cfg, stream, args) };
-            }
-        }
-    }
-    let cfg = LaunchConfig {
-        grid: (tiles as u32, 1, 1),
-        block: (THREADS, 1, 1),
-        shared_bytes: shape.shared_bytes(),
-    };
+    // Both kernels take these; the streaming one also the hidden width.
     let args = Args::default()
         .ptr(bufs.x)
         .ptr(bufs.gamma)
@@ -184,8 +151,30 @@ pub unsafe fn launch_ln_mlp_residual(
         .ptr(bufs.w2)
         .ptr(bufs.b2)
         .ptr(bufs.out)
-        .i64(shape.rows as i64)
-        .i32(shape.hidden as i32);
+        .i64(shape.rows as i64);
+    if shape.resident() {
+        // A GPU whose CTAs cannot have that much shared memory (sm_80: 163 KiB) refuses the
+        // attribute: the streaming kernel runs there instead.
+        let smem = shape.resident_shared_bytes();
+        let name = "ln_mlp_residual_resident";
+        if let Ok(resident @ 1..) = gpu.resident_ctas(&SOURCE, dtype, variant, name, THREADS, smem)
+        {
+            let cfg = LaunchConfig {
+                grid: ((tiles as u64).min(resident) as u32, 1, 1),
+                block: (THREADS, 1, 1),
+                shared_bytes: smem,
+            };
+            // SAFETY: the argument list matches ln_mlp_residual_resident; its CTAs walk the
+            // row tiles and guard rows past the end; extents are the caller's contract.
+            return unsafe { gpu.launch(&SOURCE, dtype, variant, name, cfg, stream, args) };
+        }
+    }
+    let cfg = LaunchConfig {
+        grid: (tiles as u32, 1, 1),
+        block: (THREADS, 1, 1),
+        shared_bytes: shape.shared_bytes(),
+    };
+    let args = args.i32(shape.hidden as i32);
     // SAFETY: the argument list matches ln_mlp_residual; the grid covers `rows` rows and the
     // kernel guards rows past the end; extents are the caller's contract.
     unsafe {
