@@ -81,6 +81,9 @@ def _parse_apply(text):
 
 _apply = _parse_apply(os.environ.get("FUSEPROF_PATCH_APPLY", "default"))
 _enabled = os.environ.get("FUSEPROF_PATCH", "") == "1"
+# Set for the duration of each wrapped model's forward (wrap_model): what per-forward reuse
+# (BERT's converted key-padding mask) is keyed on.
+_forward_token = None
 _report = {"patched": {}, "left_alone": {}, "modules": {}, "models": {}, "approximations": {}, "ops": None}
 
 
@@ -379,17 +382,40 @@ _BERT_PASSIVE = {"output_attentions": (False, None), "head_mask": (None,), "enco
                  "cache": (None,), "cache_position": (None,), "position_ids": (None,)}
 
 
+def _key_padding_why(mask, b, s):
+    """Why BERT's attention mask ([B, 1, 1, S] or [B, 1, S, S] as an encoder builds it, additive
+    or boolean) is not a key-padding mask the fMHA takes, or None."""
+    if mask is not None and (mask.dim() != 4 or mask.shape[0] != b or mask.shape[1] != 1 or mask.shape[-1] != s):
+        return f"attention mask {tuple(mask.shape)}: not a key-padding mask"
+    return None
+
+
 def _key_padding(mask, b, s, dtype):
-    """The [B, S] additive key-padding mask of BERT's attention mask ([B, 1, 1, S] or
-    [B, 1, S, S] as an encoder builds it, additive or boolean), or a reason it is not one."""
+    """The [B, S] additive key-padding mask of BERT's attention mask (None for None).
+
+    Every layer of one forward of a wrapped model gets the same mask tensor, so the conversion
+    (five small kernels and their launches, which a host-bound eager model pays per layer) is
+    kept on the mask for the rest of that forward and reused by the later layers. Not outside a
+    wrapped model's forward (nothing bounds the mask's lifetime there), nor while torch.compile
+    traces or a CUDA graph captures: there the conversion belongs in the traced or captured work,
+    since the mask's contents may change between calls without a new tensor."""
     if mask is None:
-        return None, None
-    if mask.dim() != 4 or mask.shape[0] != b or mask.shape[1] != 1 or mask.shape[-1] != s:
-        return None, f"attention mask {tuple(mask.shape)}: not a key-padding mask"
+        return None
+    # is_compiling() first: torch.compile must not see (and guard on) the per-forward token.
+    cache = not torch.compiler.is_compiling() and _forward_token is not None and not (
+        mask.is_cuda and torch.cuda.is_current_stream_capturing())
+    if cache:
+        key = (_forward_token, dtype)
+        kept = getattr(mask, "_fuseprof_kpm", None)
+        if kept is not None and kept[0] == key:
+            return kept[1]
     row = mask[:, 0, 0, :]
     if row.dtype == torch.bool:
         row = torch.zeros(b, s, dtype=dtype, device=mask.device).masked_fill(~row, torch.finfo(dtype).min)
-    return row.to(dtype).contiguous(), None
+    row = row.to(dtype).contiguous()
+    if cache:
+        mask._fuseprof_kpm = (key, row)
+    return row
 
 
 def _bert_attn_fusable(attn, hidden_states, attention_mask=None, *args, **kwargs):
@@ -405,8 +431,7 @@ def _bert_attn_fusable(attn, hidden_states, attention_mask=None, *args, **kwargs
     d, s = attn.attention_head_size, hidden_states.shape[1]
     if hidden_states.dim() != 3 or d not in (32, 64) or s > 512:
         return f"head size {d}, {s} tokens: the fMHA takes head_dim 32/64 up to 512"
-    _, why = _key_padding(attention_mask, hidden_states.shape[0], s, hidden_states.dtype)
-    return why
+    return _key_padding_why(attention_mask, hidden_states.shape[0], s)
 
 
 def _bert_attn_fused(attn, hidden_states, attention_mask=None, *args, **kwargs):
@@ -417,7 +442,7 @@ def _bert_attn_fused(attn, hidden_states, attention_mask=None, *args, **kwargs):
     bias = _buffer(attn, "_fuseprof_qkv_b", lambda: torch.cat([q.bias, k.bias, v.bias]).contiguous(),
                    lambda: _wkey(q.bias, k.bias, v.bias))
     qkv = F.linear(hidden_states, w, bias).view(b * s, -1)
-    kpm, _ = _key_padding(attention_mask, b, s, hidden_states.dtype)
+    kpm = _key_padding(attention_mask, b, s, hidden_states.dtype)
     scale = float(getattr(attn, "scaling", attn.attention_head_size ** -0.5))
     out = torch.ops.fuseprof.attention(qkv, attn.num_attention_heads, s, scale, kpm).view(b, s, -1)
     # The original returns (context,) or (context, weights): keep its arity.
@@ -593,6 +618,17 @@ def wrap_model(model, name):
     state = {"checked": False, "fast": None}
 
     def forward(*args, **kwargs):
+        global _forward_token
+        if torch.compiler.is_compiling():  # the user compiles the wrapped model: no token
+            return checked_forward(*args, **kwargs)
+        outer = _forward_token
+        _forward_token = object()
+        try:
+            return checked_forward(*args, **kwargs)
+        finally:
+            _forward_token = outer
+
+    def checked_forward(*args, **kwargs):
         global _enabled
         if state["fast"] is None:
             fast = original_forward

@@ -258,6 +258,26 @@ class Bert(unittest.TestCase):
             unmasked = model(input_ids=ids).last_hidden_state
         self.assertGreater((out[2] - unmasked[2]).abs().max().item(), 1e-3)
 
+    def test_key_padding_mask_converted_once_per_forward(self):
+        mask = torch.ones(2, 1, 1, 5, dtype=torch.bool)
+        mask[0, ..., 3:] = False
+        try:
+            fp._forward_token = object()
+            a = fp._key_padding(mask, 2, 5, torch.float32)
+            self.assertIs(fp._key_padding(mask, 2, 5, torch.float32), a)  # the next layer reuses it
+            self.assertTrue(torch.equal(a[0, 3:], torch.full((2,), torch.finfo(torch.float32).min)))
+            self.assertTrue(torch.equal(a[0, :3], torch.zeros(3)) and torch.equal(a[1], torch.zeros(5)))
+            self.assertIsNot(fp._key_padding(mask, 2, 5, torch.float16), a)  # per dtype
+            fp._forward_token = object()  # the next forward converts again
+            mask[1, ..., 4] = False
+            b = fp._key_padding(mask, 2, 5, torch.float32)
+            self.assertIsNot(b, a)
+            self.assertEqual(b[1, 4].item(), torch.finfo(torch.float32).min)
+            fp._forward_token = None  # outside a wrapped model's forward: never kept
+            self.assertIsNot(fp._key_padding(mask, 2, 5, torch.float32), fp._key_padding(mask, 2, 5, torch.float32))
+        finally:
+            fp._forward_token = None
+
     def test_intermediate_with_gemm_gelu(self):
         reset()
         model = self.model()
