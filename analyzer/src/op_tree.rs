@@ -43,8 +43,7 @@ pub struct OpNode {
     /// GPU records below the node.
     pub records: u64,
     /// Ranges merged into this node (modules: all of them, in a step's scope those that start
-    /// in the step; ops: those with GPU work at or
-    /// below them); records for kernels.
+    /// in the step; ops: those with GPU work at or below them); records for kernels.
     pub instances: u64,
     /// The kernel class, for kernel nodes.
     pub class: Option<Class>,
