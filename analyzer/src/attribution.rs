@@ -189,17 +189,33 @@ impl Joiner<'_> {
     }
 }
 
-/// Reads launches, kernels and memops and attributes each GPU record to its range.
+/// The records of one time window (a step) that [`attribute`] joins instead of scanning the
+/// run (`crate::scope`): the launch calls of the window and every other call sharing a
+/// correlation id with a record read; the records launched in the window (and those that
+/// start in it, where the run has records without a launch call). Each list in row id order,
+/// as the scans give them.
+pub(crate) struct WindowRecords {
+    pub launches: Vec<fuseprof_store::LeanLaunch>,
+    pub kernels: Vec<Kernel>,
+    pub memops: Vec<fuseprof_store::LeanMemop>,
+    /// Device ids in the order the whole run meets them (so device indexes and the
+    /// headroom's device list are the whole run's).
+    pub devices: Vec<i64>,
+}
+
+/// Reads launches, kernels and memops (of the whole run, or of `window`) and attributes each
+/// GPU record to its range.
 pub(crate) fn attribute(
     store: &mut Store,
     tree: &mut Tree,
     names: &mut Names,
     rules: &Rules,
     clock: &mut std::time::Instant,
+    window: Option<&WindowRecords>,
 ) -> Result<Attributed> {
     let mut launches = Vec::new();
     let mut last: Option<((i64, i64), u32)> = None;
-    store.for_each_lean_launch(|a| {
+    let mut on_launch = |a: &fuseprof_store::LeanLaunch| {
         // A thread without ranges still launches; its work is then outside any range.
         let thread = match last {
             Some((key, t)) if key == (a.pid, a.tid) => t,
@@ -215,7 +231,11 @@ pub(crate) fn attribute(
             thread,
             seq: launches.len() as u32,
         });
-    })?;
+    };
+    match window {
+        None => store.for_each_lean_launch(&mut on_launch)?,
+        Some(w) => w.launches.iter().for_each(&mut on_launch),
+    }
     crate::lap(clock, "api calls scan");
     let tree: &Tree = tree;
     let thread_pid: Vec<i64> = tree.threads.iter().map(|t| t.0).collect();
@@ -230,13 +250,19 @@ pub(crate) fn attribute(
     }
     crate::lap(clock, "launch sort");
     let used = vec![0u64; launches.len().div_ceil(64)];
+    let devices = window.map_or_else(Vec::new, |w| w.devices.clone());
+    let device_index = devices
+        .iter()
+        .enumerate()
+        .map(|(i, &d)| (d, i as u16))
+        .collect();
     let mut j = Joiner {
         tree,
         launches,
         used,
         thread_pid,
-        devices: Vec::new(),
-        device_index: HashMap::new(),
+        devices,
+        device_index,
         last_device: None,
         out: Attributed {
             items: Vec::new(),
@@ -265,29 +291,25 @@ pub(crate) fn attribute(
             flags,
         );
     };
-    if rules.uses_shape() {
+    if let Some(w) = window {
+        // The window's kernels come with every column; classified as the scans below do.
+        let mut class_of: HashMap<u32, Class> = HashMap::new();
+        for k in &w.kernels {
+            let name = k.name.0 as u32;
+            let class = if rules.uses_shape() {
+                rules.classify(names.get(name), &launch_shape(k))
+            } else {
+                *class_of
+                    .entry(name)
+                    .or_insert_with(|| rules.classify(names.get(name), &LaunchShape::default()))
+            };
+            push_kernel(&mut j, &lean_kernel(k), class);
+        }
+    } else if rules.uses_shape() {
         // Rules that look at launch shapes need the kernel's every column.
         store.for_each_kernel(|k: Kernel| {
-            let shape = LaunchShape {
-                grid: k.grid,
-                block: k.block,
-                smem_bytes: match (k.static_smem_bytes, k.dynamic_smem_bytes) {
-                    (None, None) => None,
-                    (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
-                },
-            };
-            let class = rules.classify(names.get(k.name.0 as u32), &shape);
-            let lean = LeanKernel {
-                start_ns: k.start_ns,
-                end_ns: k.end_ns,
-                device_id: k.device_id,
-                pid: k.pid,
-                correlation_id: k.correlation_id,
-                external_id: k.external_id,
-                name: k.name,
-                graph_id: k.graph_id,
-            };
-            push_kernel(&mut j, &lean, class);
+            let class = rules.classify(names.get(k.name.0 as u32), &launch_shape(&k));
+            push_kernel(&mut j, &lean_kernel(&k), class);
         })?;
     } else {
         // The class of each store name, computed once per name.
@@ -306,7 +328,7 @@ pub(crate) fn attribute(
     crate::lap(clock, "kernels scan and join");
     // The synthetic name of each (kind, copy kind), interned the first time it is met.
     let mut memop_names: Vec<((MemopKind, Option<CopyKind>), u32)> = Vec::new();
-    store.for_each_lean_memop(|m| {
+    let mut on_memop = |m: &fuseprof_store::LeanMemop| {
         let (class, kind) = match m.kind {
             MemopKind::Memset => (Class::Memset, KIND_MEMSET),
             MemopKind::Memcpy => (Class::Memcpy, KIND_MEMCPY),
@@ -337,14 +359,47 @@ pub(crate) fn attribute(
             class,
             kind,
         );
-    })?;
+    };
+    match window {
+        None => store.for_each_lean_memop(&mut on_memop)?,
+        Some(w) => w.memops.iter().for_each(&mut on_memop),
+    }
     crate::lap(clock, "memops scan and join");
     if !j.pending.is_empty() {
-        resolve_external_ids(store, tree, names, &mut j)?;
+        match window {
+            None => resolve_external_ids(store, tree, names, &mut j)?,
+            // A window is only analysed on its own where the whole run resolved no External
+            // id (`crate::scope`): none resolves here either.
+            Some(_) => j.out.no_launch_record += j.pending.len() as u64,
+        }
     }
     j.out.devices = std::mem::take(&mut j.devices);
     crate::lap(clock, "external ids");
     Ok(j.out)
+}
+
+fn launch_shape(k: &Kernel) -> LaunchShape {
+    LaunchShape {
+        grid: k.grid,
+        block: k.block,
+        smem_bytes: match (k.static_smem_bytes, k.dynamic_smem_bytes) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+        },
+    }
+}
+
+fn lean_kernel(k: &Kernel) -> LeanKernel {
+    LeanKernel {
+        start_ns: k.start_ns,
+        end_ns: k.end_ns,
+        device_id: k.device_id,
+        pid: k.pid,
+        correlation_id: k.correlation_id,
+        external_id: k.external_id,
+        name: k.name,
+        graph_id: k.graph_id,
+    }
 }
 
 /// Second chance for records without a launch call: the range carrying the same Kineto

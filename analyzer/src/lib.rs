@@ -41,6 +41,7 @@ pub mod op_tree;
 pub mod ops;
 pub mod ranks;
 mod report;
+pub mod scope;
 mod sort;
 pub mod steps;
 pub mod trace;
@@ -58,6 +59,7 @@ pub use hotspots::{ClassRow, DeviceTimeline, KernelRow, ModuleRow, OpRow, ShapeR
 pub use op_tree::{analyze_with_op_tree, OpNode, OpNodeKind, OpTree};
 pub use ops::Role;
 pub use report::render_text;
+pub use scope::{analyze_step_with_op_tree, LongRange, OpenRanges, Scoped};
 pub use steps::StepSource;
 pub use trace::{op_trace, GpuRecord, OpInstance, OpTrace};
 
@@ -346,9 +348,23 @@ pub(crate) fn analyze_inner(
     store: &mut Store,
     cfg: &AnalyzeConfig,
     rules: &Rules,
-    mut hook: Option<&mut op_tree::Hook<'_>>,
+    hook: Option<&mut op_tree::Hook<'_>>,
 ) -> Result<Analysis> {
     let mut clock = std::time::Instant::now();
+    let loaded = load(store, rules, &mut clock, None)?;
+    analyze_loaded(store, cfg, loaded, true, hook, clock)
+}
+
+/// The analysis of what [`load`] read; `with_ranks`: the per-rank analysis (of the whole run,
+/// so left out by a window's analysis, which takes it from the whole run's).
+pub(crate) fn analyze_loaded(
+    store: &mut Store,
+    cfg: &AnalyzeConfig,
+    loaded: Loaded,
+    with_ranks: bool,
+    mut hook: Option<&mut op_tree::Hook<'_>>,
+    mut clock: std::time::Instant,
+) -> Result<Analysis> {
     let Loaded {
         path,
         run,
@@ -359,7 +375,7 @@ pub(crate) fn analyze_inner(
         devices,
         found,
         mut notes,
-    } = load(store, rules, &mut clock)?;
+    } = loaded;
     let mut step_rows: Vec<StepRow> = found
         .windows
         .iter()
@@ -393,7 +409,11 @@ pub(crate) fn analyze_inner(
     lap(&mut clock, "steps");
 
     // Per rank and across ranks (whole run, whatever the scope).
-    let rank_analysis = ranks::analyze_ranks(store, &tree, &names, &items, &devices)?;
+    let rank_analysis = if with_ranks {
+        ranks::analyze_ranks(store, &tree, &names, &items, &devices)?
+    } else {
+        None
+    };
     lap(&mut clock, "ranks");
 
     // 4. Scope.
@@ -472,7 +492,13 @@ pub(crate) fn analyze_inner(
     let mut acc = hotspots::accumulate(&tree, &items, &devices);
     acc.timeline.sort_by_key(|d| d.device);
     if let Some(hook) = hook.as_mut() {
-        hook(&tree, &items, &acc, &names);
+        hook(
+            &tree,
+            &items,
+            &acc,
+            &names,
+            window.map(|w| (w.start_ns, w.end_ns)),
+        );
     }
     lap(&mut clock, "accumulate");
     let name_bound = names.id_bound();
@@ -808,10 +834,25 @@ pub(crate) struct Loaded {
     pub notes: Vec<String>,
 }
 
+/// How the notes on ranges that never closed, and on ranges cut at their parent's end, begin
+/// (after the count): a window's analysis (`scope`) looks for them.
+pub(crate) const NOTE_UNCLOSED: &str = "ranges never closed";
+pub(crate) const NOTE_CLIPPED: &str = "ranges overlapped their enclosing range without nesting";
+
+/// What a time window's analysis reads instead of the run (`scope`): its ranges (row id
+/// order), its records, when its unclosed ranges close, and the whole run's steps.
+pub(crate) struct WindowInput {
+    pub ranges: Vec<fuseprof_store::LeanRange>,
+    pub records: attribution::WindowRecords,
+    pub close_at_ns: i64,
+    pub found: steps::Found,
+}
+
 pub(crate) fn load(
     store: &mut Store,
     rules: &Rules,
     clock: &mut std::time::Instant,
+    window: Option<WindowInput>,
 ) -> Result<Loaded> {
     let path = store.path().to_path_buf();
     let run = store.run()?;
@@ -822,8 +863,14 @@ pub(crate) fn load(
 
     // 1. The operator tree.
     let mut tb = TreeBuilder::new(&mut names);
-    store.for_each_lean_range(|r| tb.add(r))?;
-    let latest_range_ns = tb.latest_ns;
+    match &window {
+        None => store.for_each_lean_range(|r| tb.add(r))?,
+        Some(w) => w.ranges.iter().for_each(|r| tb.add(r)),
+    }
+    let latest_range_ns = match &window {
+        None => tb.latest_ns,
+        Some(w) => tb.latest_ns.max(w.close_at_ns),
+    };
     lap(clock, "ranges scan");
     // Ranges that never closed end with the run; the run's end is not known before the GPU
     // records are read, so close them at the latest range time seen (then notes say so).
@@ -831,20 +878,28 @@ pub(crate) fn load(
     lap(clock, "tree build");
 
     // 2. Attribution.
-    let att = attribution::attribute(store, &mut tree, &mut names, rules, clock)?;
-    if att.items.is_empty() {
+    let att = attribution::attribute(
+        store,
+        &mut tree,
+        &mut names,
+        rules,
+        clock,
+        window.as_ref().map(|w| &w.records),
+    )?;
+    // (A window without GPU work is an empty step, not an empty run.)
+    if att.items.is_empty() && window.is_none() {
         return Err(Error::EmptyRun { path });
     }
     if tree.unclosed > 0 {
         notes.push(format!(
-            "{} ranges never closed; each was closed where its parent closes, or at the last \
+            "{} {NOTE_UNCLOSED}; each was closed where its parent closes, or at the last \
              range event of the run",
             tree.unclosed
         ));
     }
     if tree.clipped > 0 {
         notes.push(format!(
-            "{} ranges overlapped their enclosing range without nesting; each was cut at its \
+            "{} {NOTE_CLIPPED}; each was cut at its \
              parent's end",
             tree.clipped
         ));
@@ -870,7 +925,10 @@ pub(crate) fn load(
     }
     lap(clock, "notes");
 
-    let found = steps::find(&tree, &names, &att.items);
+    let found = match window {
+        None => steps::find(&tree, &names, &att.items),
+        Some(w) => w.found,
+    };
     lap(clock, "steps");
     Ok(Loaded {
         path,

@@ -42,8 +42,8 @@ pub struct OpNode {
     pub total_ns: i64,
     /// GPU records below the node.
     pub records: u64,
-    /// Ranges merged into this node (modules: all of them; ops: those with GPU work at or
-    /// below them); records for kernels.
+    /// Ranges merged into this node (modules: all of them, in a step's scope those that start
+    /// in the step; ops: those with GPU work at or below them); records for kernels.
     pub instances: u64,
     /// The kernel class, for kernel nodes.
     pub class: Option<Class>,
@@ -71,8 +71,9 @@ impl OpTree {
     }
 }
 
-/// What [`analyze_inner`] shows a caller once the records are accumulated.
-pub(crate) type Hook<'a> = dyn FnMut(&Tree, &[Item], &Accumulated, &Names) + 'a;
+/// What [`analyze_inner`] shows a caller once the records are accumulated: the tree, the
+/// records in scope, their groups, the names, and the scope's window (a step's `[start, end)`).
+pub(crate) type Hook<'a> = dyn FnMut(&Tree, &[Item], &Accumulated, &Names, Option<(i64, i64)>) + 'a;
 
 struct Builder<'a> {
     nodes: Vec<OpNode>,
@@ -152,7 +153,13 @@ impl Builder<'_> {
     }
 }
 
-fn build(tree: &Tree, items: &[Item], acc: &Accumulated, names: &Names) -> OpTree {
+pub(crate) fn build(
+    tree: &Tree,
+    items: &[Item],
+    acc: &Accumulated,
+    names: &Names,
+    scope: Option<(i64, i64)>,
+) -> OpTree {
     let mut b = Builder {
         nodes: vec![OpNode {
             kind: OpNodeKind::Root,
@@ -182,10 +189,12 @@ fn build(tree: &Tree, items: &[Item], acc: &Accumulated, names: &Names) -> OpTre
         node.self_ns += it.dur_ns;
         node.instances += 1;
     }
-    // Module instances: every module or user range, counted where its node exists.
+    // Module instances: every module or user range (in a step's scope: that starts in the
+    // step, as op instances count), counted where its node exists.
     let mut module_ranges = vec![0u64; acc.modules.nodes.len()];
+    let in_scope = |t: i64| scope.is_none_or(|(from, to)| t >= from && t < to);
     for (i, r) in tree.ranges.iter().enumerate() {
-        if matches!(r.role(), Role::Module | Role::User) {
+        if matches!(r.role(), Role::Module | Role::User) && in_scope(r.start_ns) {
             module_ranges[acc.module_of[i] as usize] += 1;
         }
     }
@@ -235,8 +244,12 @@ pub fn analyze_with_op_tree(
     rules: &Rules,
 ) -> Result<(Analysis, OpTree)> {
     let mut out = None;
-    let mut hook = |tree: &Tree, items: &[Item], acc: &Accumulated, names: &Names| {
-        out = Some(build(tree, items, acc, names));
+    let mut hook = |tree: &Tree,
+                    items: &[Item],
+                    acc: &Accumulated,
+                    names: &Names,
+                    scope: Option<(i64, i64)>| {
+        out = Some(build(tree, items, acc, names, scope));
     };
     let analysis = analyze_inner(store, cfg, rules, Some(&mut hook))?;
     let tree = out.unwrap_or(OpTree { nodes: Vec::new() });

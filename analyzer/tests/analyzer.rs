@@ -1196,3 +1196,100 @@ fn store_fuzz_corpus() {
     }
     assert!(n > 0, "no store corpus");
 }
+
+/// A step's analysis read from the step alone (`analyze_step_with_op_tree`, what
+/// `fuseprof tui` scopes its tables with) equals the step-scoped analysis of the whole run,
+/// tables and operator tree, on every fixture with steps: with the ranges open at each step's
+/// start named exactly (no lookback), and found as the explorer finds them (a lookback, and
+/// the ranges at least that long).
+#[test]
+fn a_step_analysed_alone_equals_the_step_scoped_analysis() {
+    use fuseprof_analyzer::scope::LongRange;
+    use fuseprof_analyzer::{analyze_step_with_op_tree, analyze_with_op_tree, OpenRanges, Scoped};
+    let rules = Rules::builtin();
+    let mut scoped_steps = 0;
+    let mut whole_run = Vec::new();
+    for rel in all_fixtures() {
+        let mut store = Store::open(&store_for(&rel)).unwrap();
+        let (whole, _) = analyze_with_op_tree(&mut store, &AnalyzeConfig::default(), &rules)
+            .unwrap_or_else(|e| panic!("{rel}: {e}"));
+        let steps = &whole.steps.steps;
+        if steps.is_empty() {
+            continue;
+        }
+        let mut ranges = Vec::new();
+        store.for_each_range(|r| ranges.push(r)).unwrap();
+        let open_at = |t: i64, before: i64, min_len: i64| -> Vec<LongRange> {
+            ranges
+                .iter()
+                .filter(|r| r.start_ns < before && r.end_ns.is_none_or(|e| e > t))
+                .filter(|r| r.end_ns.is_none_or(|e| e - r.start_ns >= min_len))
+                .map(|r| LongRange {
+                    pid: r.pid,
+                    tid: r.tid,
+                    start_ns: r.start_ns,
+                    name: r.name,
+                })
+                .collect()
+        };
+        // Every step of small runs, a spread of the others.
+        let picks: Vec<usize> = if steps.len() <= 12 {
+            (0..steps.len()).collect()
+        } else {
+            (0..12).map(|i| i * (steps.len() - 1) / 11).collect()
+        };
+        let mut walls: Vec<i64> = steps.iter().map(|s| s.wall_ns).collect();
+        walls.sort_unstable();
+        let lookback = walls[walls.len() / 2] / 3;
+        for k in picks {
+            let cfg = AnalyzeConfig {
+                step: Some(k),
+                ..AnalyzeConfig::default()
+            };
+            let expected = analyze_with_op_tree(&mut store, &cfg, &rules).unwrap();
+            let start = steps[k].start_ns;
+            for open in [
+                OpenRanges {
+                    lookback_ns: 0,
+                    long: open_at(start, start, 0),
+                },
+                OpenRanges {
+                    lookback_ns: lookback,
+                    long: open_at(start, start - lookback, lookback),
+                },
+            ] {
+                match analyze_step_with_op_tree(&mut store, &whole, k, &rules, &open).unwrap() {
+                    Scoped::Done(got) => {
+                        assert!(
+                            got.0 == expected.0,
+                            "{rel} step {k} (lookback {}): the tables differ:\n{}\n---\n{}",
+                            open.lookback_ns,
+                            serde_json::to_string(&got.0).unwrap(),
+                            serde_json::to_string(&expected.0).unwrap()
+                        );
+                        if got.1 != expected.1 {
+                            for (i, (g, e)) in got.1.nodes.iter().zip(&expected.1.nodes).enumerate()
+                            {
+                                if g != e {
+                                    eprintln!("node {i}: {g:?}\n  vs {e:?}");
+                                }
+                            }
+                            panic!(
+                                "{rel} step {k}: the operator trees differ ({} / {} nodes)",
+                                got.1.nodes.len(),
+                                expected.1.nodes.len()
+                            );
+                        }
+                        scoped_steps += 1;
+                    }
+                    Scoped::NeedsWholeRun(why) => {
+                        whole_run.push(format!("{rel}: {why}"));
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    eprintln!("{scoped_steps} steps analysed alone; needing the whole run: {whole_run:?}");
+    assert!(scoped_steps >= 10, "{scoped_steps} steps analysed alone");
+}

@@ -8,6 +8,7 @@ use sqlx::{ConnectOptions, Row, SqliteConnection};
 
 mod pages;
 mod timeline;
+mod window;
 
 pub use timeline::{
     ApiSpan, Direction, GpuKind, GpuSpan, HostSpan, PassApiCall, PassKernel, PassMemop, PassRange,

@@ -17,7 +17,9 @@
 //! selection's details read, and the frame drawn: what the user waits for) and how long until
 //! the view is refined (raw windows and details read), then the hotspot view (from its key to
 //! the frame that shows the table). Peak RSS is the child's VmHWM, after the timeline session
-//! and after the hotspot view. Prints a Markdown table; the `summaries` column says whether the
+//! and after the hotspot view. Then the tables are scoped to one step (`S`, the step, Enter) for
+//! the first, middle and last step: from the key to the frame with the step's table, and the
+//! peak RSS of that alone (the peak is reset before it). Prints a Markdown table; the `summaries` column says whether the
 //! run had the explorer's summaries kept in it (`fuseprof import` keeps them).
 //! `--measure STORE` runs one child alone (`BENCH_TUI_KEEP=1`: keeping what it derives in a
 //! run without summaries, as `fuseprof tui` does); `--keep STORE...` keeps the summaries in each run as
@@ -175,6 +177,47 @@ fn measure(path: &Path) {
     }
     draw(&mut app);
     let hotspot_s = h.elapsed().as_secs_f64();
+    let hotspot_rss = peak_rss_mb();
+
+    // Scoping every table to one step (`S`, a step, Enter): the first, middle and last step,
+    // from the key to the frame with the step's table; the peak memory of that alone (the
+    // peak is reset first: the hotspot view's analysis is not counted again).
+    let steps = app.runs[0]
+        .ready_analysis(None)
+        .map_or(0, |a| a.analysis.steps.steps.len());
+    let reset_peak = || {
+        let _ = std::fs::write("/proc/self/clear_refs", "5");
+    };
+    reset_peak();
+    let rss_before_scope = peak_rss_mb();
+    let mut scopes = Vec::new();
+    let mut scope_frames = Vec::new();
+    for k in [0, steps / 2, steps.saturating_sub(1)] {
+        if steps == 0 {
+            break;
+        }
+        let s = Instant::now();
+        app.on_key(KeyEvent::new(KeyCode::Char('S'), KeyModifiers::NONE));
+        draw(&mut app);
+        app.step_popup = Some(k + 1);
+        app.on_key(KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE));
+        draw(&mut app);
+        scope_frames.push(s.elapsed().as_secs_f64() * 1e3);
+        while app.runs[0].ready_analysis(Some(k)).is_none()
+            && s.elapsed() < Duration::from_secs(300)
+        {
+            std::thread::sleep(Duration::from_millis(1));
+            if app.poll() {
+                draw(&mut app);
+            }
+        }
+        draw(&mut app);
+        scopes.push(s.elapsed().as_secs_f64());
+    }
+    let scope_worst = scopes.iter().cloned().fold(f64::NAN, f64::max);
+    let scope_median = pct(&mut scopes, 0.5);
+    let scope_frame_worst = scope_frames.iter().cloned().fold(f64::NAN, f64::max);
+    let scope_rss = peak_rss_mb();
     let n = frames.len();
     let worst = frames.iter().cloned().fold(0.0, f64::max);
     let median = pct(&mut frames, 0.5);
@@ -185,12 +228,14 @@ fn measure(path: &Path) {
         "RESULT kept={} kernels={} ranges={} api_calls={} first_frame_s={first:.3} complete_frame_s={complete:.3} full_frame_s={full:.3} \
          summary_s={summary_s:.3} inputs={n} frame_median_ms={median:.2} frame_worst_ms={worst:.2} \
          settle_median_ms={settle_median:.1} settle_worst_ms={settle_worst:.1} peak_rss_mb={timeline_rss:.0} \
-         hotspot_s={hotspot_s:.3} hotspot_peak_rss_mb={:.0}",
+         hotspot_s={hotspot_s:.3} hotspot_peak_rss_mb={hotspot_rss:.0} steps={steps} \
+         scope_median_s={scope_median:.3} scope_worst_s={scope_worst:.3} \
+         scope_frame_worst_ms={scope_frame_worst:.2} scope_rss_before_mb={rss_before_scope:.0} \
+         scope_peak_rss_mb={scope_rss:.0}",
         if app.runs[0].summary_kept { "kept" } else { "none" },
         rows.kernels,
         rows.ranges,
         rows.api_calls,
-        peak_rss_mb()
     );
 }
 
@@ -231,8 +276,10 @@ fn main() {
         }
         return;
     }
-    println!("| store | summaries | kernels | ranges | API calls | size GB | first frame s | first full frame (sampled) s | exact frame (summary in) s | frame after input: median / worst ms | refined after input: median / worst ms | peak RSS MB | hotspot view s | peak RSS with hotspots MB |");
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| store | summaries | kernels | ranges | API calls | size GB | first frame s | first full frame (sampled) s | exact frame (summary in) s | frame after input: median / worst ms | refined after input: median / worst ms | peak RSS MB | hotspot view s | peak RSS with hotspots MB | steps | scope to a step: median / worst s | scope key frame worst ms | RSS before scoping / peak while scoping MB |");
+    println!(
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
     for a in &args {
         let store = PathBuf::from(a);
         let size = std::fs::metadata(&store).map_or(0.0, |m| m.len() as f64 / 1e9);
@@ -259,7 +306,7 @@ fn main() {
                 .to_string()
         };
         println!(
-            "| {} | {} | {} | {} | {} | {size:.2} | {} | {} | {} | {} / {} | {} / {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {size:.2} | {} | {} | {} | {} / {} | {} / {} | {} | {} | {} | {} | {} / {} | {} | {} / {} |",
             store.file_name().unwrap().to_string_lossy(),
             get("kept"),
             get("kernels"),
@@ -275,6 +322,12 @@ fn main() {
             get("peak_rss_mb"),
             get("hotspot_s"),
             get("hotspot_peak_rss_mb"),
+            get("steps"),
+            get("scope_median_s"),
+            get("scope_worst_s"),
+            get("scope_frame_worst_ms"),
+            get("scope_rss_before_mb"),
+            get("scope_peak_rss_mb"),
         );
     }
 }

@@ -456,6 +456,8 @@ impl App {
     }
 
     fn on_step_popup_key(&mut self, cursor: usize, k: KeyEvent) {
+        /// Entries a page key moves the step selector by.
+        const STEP_PAGE: usize = 20;
         let steps = self.runs[0]
             .ready_analysis(None)
             .map_or(0, |a| a.analysis.steps.steps.len());
@@ -463,6 +465,11 @@ impl App {
             KeyCode::Esc | KeyCode::Char('S') | KeyCode::Char('q') => self.step_popup = None,
             KeyCode::Char('j') | KeyCode::Down => self.step_popup = Some((cursor + 1).min(steps)),
             KeyCode::Char('k') | KeyCode::Up => self.step_popup = Some(cursor.saturating_sub(1)),
+            // A run of thousands of steps: a page at a time, or either end.
+            KeyCode::PageDown => self.step_popup = Some((cursor + STEP_PAGE).min(steps)),
+            KeyCode::PageUp => self.step_popup = Some(cursor.saturating_sub(STEP_PAGE)),
+            KeyCode::Char('g') | KeyCode::Home => self.step_popup = Some(0),
+            KeyCode::Char('G') | KeyCode::End => self.step_popup = Some(steps),
             KeyCode::Enter => {
                 self.step_popup = None;
                 self.step = cursor.checked_sub(1);

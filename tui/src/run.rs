@@ -9,7 +9,7 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::Arc;
 use std::time::Instant;
 
-use fuseprof_analyzer::{Analysis, AnalyzeConfig, OpTree, Rules};
+use fuseprof_analyzer::{Analysis, AnalyzeConfig, LongRange, OpTree, OpenRanges, Rules, Scoped};
 use fuseprof_store::Store;
 
 use crate::data::{self, Meta, PassPart};
@@ -29,6 +29,8 @@ pub struct Analyzed {
     pub analysis: Analysis,
     pub tree: OpTree,
     pub seconds: f64,
+    /// A step's analysis read from the step's records alone (not from the whole run's).
+    pub step_alone: bool,
 }
 
 pub enum AnalysisState {
@@ -176,6 +178,7 @@ impl RunState {
                     analysis,
                     tree,
                     seconds: t.elapsed().as_secs_f64(),
+                    step_alone: false,
                 })),
             );
         }
@@ -731,16 +734,45 @@ impl RunState {
         }
         let path = self.meta.path.clone();
         let keep = self.keep && step.is_none() && self.loading == Loading::Background;
+        // A step is analysed from its own records where the whole run's analysis and the
+        // timeline's summary (which names the long ranges open at the step's start) are in.
+        let alone = match (step, self.ready_analysis(None)) {
+            (Some(k), Some(whole)) if self.summary_complete() => {
+                let open = self.open_ranges_at(&whole.analysis, k);
+                Some((k, whole, open))
+            }
+            _ => None,
+        };
         let job = move || -> std::result::Result<Arc<Analyzed>, String> {
             let t = Instant::now();
             let mut store = Store::open(&path).map_err(|e| e.to_string())?;
-            let cfg = AnalyzeConfig {
-                step,
-                ..AnalyzeConfig::default()
+            let rules = Rules::builtin();
+            let scoped = match alone {
+                Some((k, whole, open)) => fuseprof_analyzer::analyze_step_with_op_tree(
+                    &mut store,
+                    &whole.analysis,
+                    k,
+                    &rules,
+                    &open,
+                )
+                .map_err(|e| e.to_string())?,
+                None => Scoped::NeedsWholeRun("no whole-run analysis or summary yet".into()),
             };
-            let (analysis, tree) =
-                fuseprof_analyzer::analyze_with_op_tree(&mut store, &cfg, &Rules::builtin())
-                    .map_err(|e| e.to_string())?;
+            let step_alone = matches!(scoped, Scoped::Done(_));
+            let (analysis, tree) = match scoped {
+                Scoped::Done(done) => *done,
+                Scoped::NeedsWholeRun(why) => {
+                    if step.is_some() {
+                        tracing::debug!("step {step:?} analysed with the whole run: {why}");
+                    }
+                    let cfg = AnalyzeConfig {
+                        step,
+                        ..AnalyzeConfig::default()
+                    };
+                    fuseprof_analyzer::analyze_with_op_tree(&mut store, &cfg, &rules)
+                        .map_err(|e| e.to_string())?
+                }
+            };
             drop(store);
             if let Some(bytes) = keep
                 .then(|| crate::summary::encode_analysis(&analysis, &tree))
@@ -760,6 +792,7 @@ impl RunState {
                 analysis,
                 tree,
                 seconds: t.elapsed().as_secs_f64(),
+                step_alone,
             }))
         };
         match self.loading {
@@ -816,6 +849,44 @@ impl RunState {
             }
         }
         self.advice.as_ref().unwrap_or(&AdviceState::Running)
+    }
+
+    /// Where the ranges open at the start of step `k` are (for analysing the step alone):
+    /// the summary keeps every range at least `LONG_BINS` bins long, so the others open
+    /// there started at most that long before.
+    fn open_ranges_at(&self, whole: &Analysis, k: usize) -> OpenRanges {
+        let lookback_ns = LONG_BINS * self.summary.bin_ns;
+        let Some(start) = whole.steps.steps.get(k).map(|s| s.start_ns) else {
+            return OpenRanges::default();
+        };
+        let mut long = Vec::new();
+        for ((track, lane), bins) in &self.summary.lanes {
+            if matches!(lane, LaneKind::Gpu | LaneKind::Api) {
+                continue;
+            }
+            let (pid, tid) = match self.meta.tracks[*track].key {
+                TrackKey::Thread { pid, tid } => (pid, tid),
+                TrackKey::Stream { device, stream } => (device, stream),
+            };
+            long.extend(
+                bins.long
+                    .iter()
+                    .filter(|s| s.start_ns < start && s.end_ns > start)
+                    .map(|s| LongRange {
+                        pid,
+                        tid,
+                        start_ns: s.start_ns,
+                        name: s.name,
+                    }),
+            );
+        }
+        OpenRanges { lookback_ns, long }
+    }
+
+    /// Whether the whole-run analysis this run derives is kept in it for the next open (a run
+    /// without a kept one, opened by `fuseprof tui`).
+    pub fn keeps_analysis(&self) -> bool {
+        self.keep && self.loading == Loading::Background
     }
 
     /// The analysis of the whole run if it is ready, without starting one.

@@ -806,11 +806,27 @@ fn draw_advisor(f: &mut Frame, app: &mut App, area: Rect) {
 fn pending(f: &mut Frame, app: &App, area: Rect, what: &str) {
     let state = match app.runs[0].analyses.get(&app.step) {
         Some(AnalysisState::Failed(e)) => format!("the analysis failed: {e}"),
-        Some(AnalysisState::Running(t)) => format!(
-            "analysing the run for the {what} ({:.0} s so far; {} kernels)…",
-            t.elapsed().as_secs_f64(),
-            count(app.runs[0].meta.rows.kernels as u64)
-        ),
+        Some(AnalysisState::Running(t)) => match app.step {
+            Some(k) => format!(
+                "analysing step {k} for the {what} ({:.1} s so far)…",
+                t.elapsed().as_secs_f64()
+            ),
+            None => {
+                let mut s = format!(
+                    "analysing the run for the {what} ({:.0} s so far; {} kernels)…",
+                    t.elapsed().as_secs_f64(),
+                    count(app.runs[0].meta.rows.kernels as u64)
+                );
+                if app.runs[0].keeps_analysis() {
+                    s.push_str(
+                        "\nOnce: this run was written without the analysis kept in it (an \
+                         older fuseprof); it is kept in the run now, and the next open shows \
+                         the tables at once.",
+                    );
+                }
+                s
+            }
+        },
         _ => format!("the {what} needs the analysis"),
     };
     f.render_widget(
@@ -1097,17 +1113,9 @@ fn draw_diff(f: &mut Frame, app: &mut App, area: Rect) {
 
 fn draw_step_popup(f: &mut Frame, app: &mut App, area: Rect) {
     let cursor = app.step_popup.unwrap_or(0);
-    let steps: Vec<(usize, i64, i64)> = app.runs[0]
-        .ready_analysis(None)
-        .map(|a| {
-            a.analysis
-                .steps
-                .steps
-                .iter()
-                .map(|s| (s.index, s.wall_ns, s.gpu_ns))
-                .collect()
-        })
-        .unwrap_or_default();
+    let whole = app.runs[0].ready_analysis(None);
+    let steps: &[fuseprof_analyzer::StepRow] =
+        whole.as_ref().map_or(&[], |a| &a.analysis.steps.steps);
     let h = (steps.len() as u16 + 3)
         .min(area.height.saturating_sub(2))
         .max(4);
@@ -1115,21 +1123,26 @@ fn draw_step_popup(f: &mut Frame, app: &mut App, area: Rect) {
     let r = Rect::new(area.x + (area.width - w) / 2, area.y + 1, w, h);
     f.render_widget(Clear, r);
     let mut lines = vec![];
-    let mut entries = vec!["whole run".to_string()];
-    entries.extend(
-        steps
-            .iter()
-            .map(|(i, wall, gpu)| format!("step {i}: {} wall, {} GPU", dur(*wall), dur(*gpu))),
-    );
+    // Entry 0 is the whole run, k + 1 step k; only the rows on screen are written (a long
+    // run has tens of thousands of steps).
+    let entry = |i: usize| match i.checked_sub(1).and_then(|k| steps.get(k)) {
+        Some(s) => format!(
+            "step {}: {} wall, {} GPU",
+            s.index,
+            dur(s.wall_ns),
+            dur(s.gpu_ns)
+        ),
+        None => "whole run".to_string(),
+    };
     let inner_h = h.saturating_sub(2) as usize;
     let first = cursor.saturating_sub(inner_h.saturating_sub(1));
-    for (i, e) in entries.iter().enumerate().skip(first).take(inner_h) {
+    for i in (first..=steps.len()).take(inner_h) {
         let style = if i == cursor {
             Style::new().add_modifier(Modifier::REVERSED)
         } else {
             Style::new()
         };
-        lines.push(Line::from(TSpan::styled(e.clone(), style)));
+        lines.push(Line::from(TSpan::styled(entry(i), style)));
     }
     if steps.is_empty() {
         lines.push(Line::from("(no steps found, or the analysis is running)"));
@@ -1150,7 +1163,7 @@ fn draw_help(f: &mut Frame, area: Rect) {
         " Timeline   h/l or ←/→ pan   H/L pan a screen   +/- zoom   0 fit   mouse: wheel zooms, drag pans",
         "            j/k or ↑/↓ lane   Enter/Space or click select   ,/. previous/next record on the lane",
         "            f follow the launch flow (kernel <-> API call)   z zoom to the selection   Esc clear",
-        " Steps      [ / ] previous / next step   S scope every table to a step",
+        " Steps      [ / ] previous / next step   S scope every table to a step (j/k, PgUp/PgDn, g/G)",
         " Find       / search kernel and range names   n / N next / previous instance",
         " Hotspots   h/l table  j/k row  s sort column  r reverse  f filter  Enter: instances on the timeline",
         " Tree       Enter/l expand   h collapse   g instances on the timeline",

@@ -325,6 +325,96 @@ fn search_tree_jump_steps_and_scope() {
     assert!(text.contains("scope: step 1"), "{text}");
 }
 
+/// Scoping the tables to a step (`S`) shows the analysis of that step's records, read from
+/// the step alone: equal to the analyzer's step-scoped analysis of the whole run, tables and
+/// operator tree, for every step of real recordings with steps (the explorer's summary names
+/// the long ranges open at each step's start).
+#[test]
+fn scoping_to_a_step_shows_that_steps_analysis() {
+    use fuseprof_analyzer::{analyze_with_op_tree, AnalyzeConfig, Rules};
+    let mut checked = 0;
+    for rel in [
+        SWIN,
+        "recordings/swin_t_train_step_shapes.sqlite.gz",
+        "kineto/hta_timeline_analysis_sampled_rank-0.json.gz",
+        "kineto/hta_amd_trace_mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+    ] {
+        let mut a = app(&[rel]);
+        let whole = a.runs[0].analysis(None).expect("the whole run's analysis");
+        let steps = whole.analysis.steps.steps.len();
+        let mut store = fuseprof_store::Store::open(&store_for(rel)).unwrap();
+        for k in 0..steps.min(8) {
+            // Through the selector, as a user picks it.
+            key(&mut a, KeyCode::Char('S'));
+            key(&mut a, KeyCode::Char('g'));
+            for _ in 0..=k {
+                key(&mut a, KeyCode::Char('j'));
+            }
+            key(&mut a, KeyCode::Enter);
+            assert_eq!(a.step, Some(k));
+            let got = a.runs[0]
+                .ready_analysis(Some(k))
+                .expect("the step's analysis");
+            assert!(
+                got.step_alone,
+                "{rel} step {k}: analysed with the whole run"
+            );
+            let cfg = AnalyzeConfig {
+                step: Some(k),
+                ..AnalyzeConfig::default()
+            };
+            let (analysis, tree) =
+                analyze_with_op_tree(&mut store, &cfg, &Rules::builtin()).unwrap();
+            assert!(
+                got.analysis == analysis,
+                "{rel} step {k}: the tables differ"
+            );
+            assert!(
+                got.tree == tree,
+                "{rel} step {k}: the operator trees differ"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 8, "{checked} steps checked");
+}
+
+/// The step selector on a run of many steps: pages, either end, and back to the whole run.
+#[test]
+fn the_step_selector_pages_and_jumps_to_either_end() {
+    let mut a = app(&[SWIN]);
+    let steps = a.runs[0].analysis(None).unwrap().analysis.steps.steps.len();
+    assert!(steps >= 2, "{steps} steps");
+    key(&mut a, KeyCode::Char('S'));
+    assert_eq!(a.step_popup, Some(0));
+    key(&mut a, KeyCode::End);
+    assert_eq!(a.step_popup, Some(steps));
+    key(&mut a, KeyCode::PageDown);
+    assert_eq!(a.step_popup, Some(steps), "stays on the last step");
+    key(&mut a, KeyCode::PageUp);
+    assert_eq!(
+        a.step_popup,
+        Some(0),
+        "a page up from the last of a few steps"
+    );
+    key(&mut a, KeyCode::PageDown);
+    assert_eq!(a.step_popup, Some(steps.min(20)));
+    key(&mut a, KeyCode::Char('g'));
+    assert_eq!(a.step_popup, Some(0));
+    key(&mut a, KeyCode::Char('G'));
+    assert_eq!(a.step_popup, Some(steps));
+    let text = screen(&mut a, 120, 30);
+    assert!(text.contains(&format!("step {}:", steps - 1)), "{text}");
+    key(&mut a, KeyCode::Enter);
+    assert_eq!((a.step, a.step_popup), (Some(steps - 1), None));
+    // Home, Enter: the whole run again.
+    key(&mut a, KeyCode::Char('S'));
+    assert_eq!(a.step_popup, Some(steps));
+    key(&mut a, KeyCode::Home);
+    key(&mut a, KeyCode::Enter);
+    assert_eq!(a.step, None);
+}
+
 #[test]
 fn bad_input_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
