@@ -8,8 +8,18 @@
 # and the throughput of the whole command and of the import before it.
 # Prints a markdown table. Usage: bench/import.sh [COPIES [NSYS_COPIES]]
 #   (defaults 420 -> 2.02 M Kineto events, 64 -> 2.06 M nsys events; 2100 -> 10.1 M Kineto)
+#
+# bench/import.sh ranks [RANKS [COPIES]]: one job's ranks in one import (issue 21): RANKS
+# Kineto traces (default 2) of COPIES copies of the HTA rank traces' steps each (default 200:
+# about 0.95 M events, 320 MB a rank), imported together on one core (taskset -c 0) and on two
+# (taskset -c 0,1); each row is the best wall time of REPEAT runs (default 3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+mode=single
+if [ "${1:-}" = ranks ]; then
+  mode=ranks
+  shift
+fi
 copies=${1:-420}
 nsys_copies=${2:-64}
 work=${BENCH_DIR:-$(mktemp -d)}
@@ -18,6 +28,47 @@ cargo build --release -q -p fuseprof-collector --example gen_kineto --example ge
 target=${CARGO_TARGET_DIR:-target}
 # FUSEPROF_BIN: another build to measure (e.g. the one before a change) on the same inputs.
 bin=${FUSEPROF_BIN:-$target/release/fuseprof}
+
+if [ "$mode" = ranks ]; then
+  ranks=${1:-2}
+  copies=${2:-200}
+  repeat=${REPEAT:-3}
+  inputs=()
+  size_mb=0
+  for ((r = 0; r < ranks; r++)); do
+    # The HTA job's two traces, taken in turn (rank 2 repeats rank 0's steps, ...).
+    case $((r % 2)) in
+      0) src=fixtures/kineto/hta_timeline_analysis_sampled_rank-0.json.gz ;;
+      1) src=fixtures/kineto/hta_trace_filter_sampled_rank-1.json.gz ;;
+    esac
+    f=$work/job-x$copies-rank-$r.json
+    [ -f "$f" ] || $target/release/examples/gen_kineto "$src" "$copies" "$f" 2> /dev/null
+    inputs+=("$f")
+    size_mb=$(awk -v a="$size_mb" -v b="$(stat -c %s "$f")" 'BEGIN {print a + b/1e6}')
+  done
+  echo "| input | cores | events | uncompressed MB | wall s | CPU s | events/s | peak RSS MiB | peak / input |"
+  echo "|---|---|---|---|---|---|---|---|---|"
+  for cpus in 0 0,1; do
+    best=
+    for ((k = 0; k < repeat; k++)); do
+      out=$work/job.sqlite log=$work/time.log
+      rm -f "$out"
+      taskset -c $cpus /usr/bin/time -v "$bin" import "${inputs[@]}" -o "$out" 2> "$log" || { cat "$log"; exit 1; }
+      events=$(grep -o 'ranks: [0-9]* kernels, [0-9]* events' "$log" | grep -o '[0-9]* events' | grep -o '[0-9]*')
+      secs=$(grep 'Elapsed (wall clock)' "$log" | awk '{print $NF}' | awk -F: '{ if (NF==3) print $1*3600+$2*60+$3; else print $1*60+$2 }')
+      cpu=$(grep -E '(User|System) time \(seconds\)' "$log" | awk '{s += $NF} END {print s}')
+      rss_kb=$(grep 'Maximum resident set size' "$log" | awk '{print $NF}')
+      echo "  run $((k + 1)) on cpus $cpus: $secs s wall, $cpu s CPU, $rss_kb KB" >&2
+      if [ -z "$best" ] || awk -v a="$secs" -v b="${best%% *}" 'BEGIN {exit !(a < b)}'; then
+        best="$secs $cpu $rss_kb $events"
+      fi
+    done
+    read -r secs cpu rss_kb events <<< "$best"
+    awk -v l="$ranks ranks (HTA job x$copies), Kineto JSON" -v n="$(echo $cpus | tr , '\n' | wc -l)" -v e="$events" -v s="$secs" -v c="$cpu" -v r="$rss_kb" -v m="$size_mb" 'BEGIN {
+      printf "| %s | %d | %d | %.1f | %.2f | %.2f | %.2f M/s | %.0f | %.2fx |\n", l, n, e, m, s, c, e/s/1e6, r/1024, (r*1024)/(m*1e6) }'
+  done
+  exit 0
+fi
 src=fixtures/kineto/hta_timeline_analysis_sampled_rank-0.json.gz
 big=$work/kineto-big.json
 [ -f "$big" ] || $target/release/examples/gen_kineto "$src" "$copies" "$big"

@@ -494,6 +494,7 @@ fn run(command: Command) -> Result<ExitCode> {
         } => {
             let options = ImportOptions {
                 progress: Some(Default::default()),
+                jobs: None,
                 overwrite: force,
                 format: format.map(|f| match f {
                     FormatArg::Kineto => Format::Kineto,

@@ -39,6 +39,7 @@ fn run_imports(target: &str, format: Format) {
             overwrite: true,
             format: Some(format),
             progress: None,
+            jobs: None,
         };
         if import(&f, &out, &opts).is_ok() {
             reopen(&out);

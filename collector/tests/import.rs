@@ -702,17 +702,97 @@ mod ranks {
         assert_eq!(devices, [(1, 3, 1), (7001, 7, 1)]);
     }
 
-    /// Runs a multi-rank import expected to fail: one line naming the file, nothing left.
+    /// Everything a run holds, row by row in id order (threads by pid and tid).
+    fn contents(path: &Path) -> Vec<String> {
+        let mut s = Store::open(path).unwrap();
+        let mut rows = Vec::new();
+        let strings = s.strings().unwrap();
+        for i in 1..=strings.len() as i64 {
+            rows.push(format!(
+                "string {i} {:?}",
+                strings.get(fuseprof_store::StrId(i))
+            ));
+        }
+        s.for_each_kernel(|k| rows.push(format!("{k:?}"))).unwrap();
+        s.for_each_memop(|m| rows.push(format!("{m:?}"))).unwrap();
+        s.for_each_api_call(|a| rows.push(format!("{a:?}")))
+            .unwrap();
+        s.for_each_range(|r| rows.push(format!("{r:?}"))).unwrap();
+        s.for_each_flow(|f| rows.push(format!("{f:?}"))).unwrap();
+        rows.push(format!("{:?}", s.processes().unwrap()));
+        rows.push(format!("{:?}", s.threads().unwrap()));
+        rows.push(format!("{:?}", s.devices().unwrap()));
+        rows.push(format!("{:?}", s.meta().unwrap()));
+        rows.push(format!("{:?}", s.ranks().unwrap()));
+        rows.push(format!("{:?}", s.process_ranks().unwrap()));
+        rows.push(format!("{:?}", s.device_ranks().unwrap()));
+        rows.push(format!("{:?}", s.run().unwrap()));
+        rows
+    }
+
+    #[test]
+    fn ranks_imported_one_at_a_time_or_at_once_make_the_same_run() {
+        let dir = tempfile::tempdir().unwrap();
+        // The HTA pair and a third rank: rank 1's trace as rank 2, 1.5 ms behind, so that the
+        // collectives move it, and gzip-free, so the inputs take different times to read.
+        let rank2 = edited_rank1(dir.path(), "third.json", |v| {
+            v["distributedInfo"]["rank"] = 2.into();
+            shift(v, -1_500);
+        });
+        let mut inputs = rank_paths();
+        inputs.push(rank2);
+        let mut runs = Vec::new();
+        for jobs in [1, 2, 3] {
+            let out = dir.path().join(format!("job-{jobs}.sqlite"));
+            let options = ImportOptions {
+                jobs: Some(jobs),
+                ..Default::default()
+            };
+            let report = import_ranks(&inputs, &out, &options).unwrap();
+            assert_eq!(report.ranks.len(), 3);
+            assert_eq!(report.ranks[2].clock, "wall_clock");
+            assert!(report.ranks[2].clock_correction_ns.abs() > 1_000_000);
+            runs.push((jobs, contents(&out), report));
+        }
+        let (_, first, first_report) = &runs[0];
+        assert!(first.len() > 10_000, "{} rows", first.len());
+        for (jobs, rows, report) in &runs[1..] {
+            assert_eq!(rows.len(), first.len(), "{jobs} at once");
+            for (a, b) in first.iter().zip(rows) {
+                assert_eq!(a, b, "{jobs} at once");
+            }
+            assert_eq!(report.ranks, first_report.ranks);
+            assert_eq!(
+                format!("{:?}", report.merge),
+                format!("{:?}", first_report.merge)
+            );
+        }
+    }
+
+    /// Runs a multi-rank import expected to fail, one input at a time and two at once: one
+    /// line naming the file (the same either way), nothing left.
     fn expect_ranks_failure(inputs: &[PathBuf], dir: &Path, needle: &str) -> String {
         let before = left_in(dir);
         let out = dir.join("job.sqlite");
-        let err = import_ranks(inputs, &out, &ImportOptions::default())
-            .expect_err("the merge should fail")
-            .to_string();
-        assert!(err.contains(needle), "{err:?} should contain {needle:?}");
-        assert!(!err.contains('\n'), "one line: {err:?}");
-        assert_eq!(left_in(dir), before, "files left behind");
-        err
+        let mut errors = Vec::new();
+        for jobs in [1, 2] {
+            let options = ImportOptions {
+                jobs: Some(jobs),
+                ..Default::default()
+            };
+            let err = import_ranks(inputs, &out, &options)
+                .expect_err("the merge should fail")
+                .to_string();
+            assert!(err.contains(needle), "{err:?} should contain {needle:?}");
+            assert!(!err.contains('\n'), "one line: {err:?}");
+            assert_eq!(left_in(dir), before, "files left behind");
+            errors.push(err);
+        }
+        assert_eq!(
+            errors[0], errors[1],
+            "the error depends on the inputs read at once"
+        );
+        errors.remove(0)
     }
 
     #[test]
@@ -721,7 +801,19 @@ mod ranks {
         // One rank's file truncated.
         let json = read_gz(&fixtures::path(fixtures::KINETO_RANKS[1]));
         let cut = write(dir.path(), "rank-1.json", &json[..json.len() * 2 / 3]);
-        let err = expect_ranks_failure(&[rank_paths()[0].clone(), cut], dir.path(), "ends early");
+        let err = expect_ranks_failure(
+            &[rank_paths()[0].clone(), cut.clone()],
+            dir.path(),
+            "ends early",
+        );
+        assert!(err.contains("rank-1.json"), "{err}");
+        // Two bad files: the first one named, however many are read at once.
+        let not_json = write(dir.path(), "rank-2.json", b"{\"traceEvents\": [ nope");
+        let err = expect_ranks_failure(
+            &[rank_paths()[0].clone(), cut, not_json],
+            dir.path(),
+            "ends early",
+        );
         assert!(err.contains("rank-1.json"), "{err}");
         // The same rank twice.
         let twin = edited_rank1(dir.path(), "twin.json", |_| {});

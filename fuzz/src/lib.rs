@@ -33,6 +33,7 @@ fn import_as(data: &[u8], name: &str, format: fuseprof_collector::import::Format
         overwrite: true,
         format: Some(format),
         progress: None,
+        jobs: None,
     };
     if fuseprof_collector::import::import(&input, &out, &opts).is_ok() {
         reopen(&out);

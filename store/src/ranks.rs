@@ -17,10 +17,10 @@ use serde::Serialize;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteLockingMode, SqliteSynchronous};
 use sqlx::{ConnectOptions, Connection, Row};
 
-use crate::model::RunInfo;
+use crate::model::{ApiCall, Device, Flow, Kernel, Memop, Range, RunInfo, StrId};
 use crate::raw::{self, Stmt};
-use crate::writer::{CreateOptions, RESERVED_META};
-use crate::{Error, Result, Store};
+use crate::writer::CreateOptions;
+use crate::{Error, Result, Store, Writer};
 
 /// One rank of a distributed run: the `ranks` table's row.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -330,6 +330,11 @@ fn fresh_id(old: i64, rank: i64, stride: i64, taken: &HashSet<i64>) -> Option<i6
 /// Copies the runs of `parts` (one rank each, complete) into one new run at `output`, each
 /// rank's times shifted by its `clock_offset_ns`; `run` describes the merged run. Nothing is
 /// left at `output` on error.
+///
+/// The rows are read from each part in order and go through one bulk [`Writer`] (b-tree pages
+/// written directly, indexes sorted once), so the merged run's ids are rank 0's rows, then rank
+/// 1's, and its strings are numbered by first sight across the ranks; the ranks' labels go in
+/// through SQL before the run is published.
 pub fn merge_ranks(
     parts: &[MergePart],
     output: &Path,
@@ -337,319 +342,249 @@ pub fn merge_ranks(
     run: &RunInfo,
 ) -> Result<MergeReport> {
     let tmp = temp_path(output, options)?;
+    // Fail early, naming the output, if its folder cannot be written.
     std::fs::File::create(&tmp).map_err(|e| io_error(output, e))?;
     let mut guard = Removal(Some(tmp.clone()));
-    let rt = runtime(output)?;
-    let report = rt.block_on(merge_into(&tmp, parts, run))?;
+    let mut w = Writer::create(&tmp, CreateOptions { overwrite: true })?;
+    let mut m = Merge::default();
+    for (i, part) in parts.iter().enumerate() {
+        m.part(&mut w, i, part)?;
+    }
+    w.meta("ranks", parts.len());
+    w.finish(run.clone())?;
+    let ranks: Vec<RankInfo> = parts.iter().map(|p| p.info.clone()).collect();
+    label_ranks(&tmp, &ranks, &m.process_rank, &m.device_rank)?;
     publish(&tmp, output, options.overwrite)?;
     guard.0 = None; // published: nothing to remove
-    Ok(report)
+    m.report.pids_renumbered.sort_unstable();
+    m.report.devices_renumbered.sort_unstable();
+    Ok(m.report)
 }
 
-async fn merge_into(tmp: &Path, parts: &[MergePart], run: &RunInfo) -> Result<MergeReport> {
-    let mut conn = open_rw(tmp, true).await?;
-    // Tables only; the indexes are built once all rows are in.
-    sqlx::migrate!("./migrations").run_to(1, &mut conn).await?;
-    let mut report = MergeReport::default();
-    let mut strings: HashMap<String, i64> = HashMap::new();
-    let mut pids_taken: HashSet<i64> = HashSet::new();
-    let mut devices_taken: HashSet<i64> = HashSet::new();
-    let mut process_rank: Vec<(i64, i64)> = Vec::new();
-    let mut device_rank: Vec<(i64, i64, i64)> = Vec::new();
-    let mut meta: Vec<(String, String)> = Vec::new();
-    {
-        let mut h = conn.lock_handle().await?;
-        let db = h.as_raw_handle();
-        raw::exec(
-            db,
-            "CREATE TEMP TABLE smap (old INTEGER PRIMARY KEY, new INTEGER NOT NULL); \
-             CREATE TEMP TABLE pmap (old INTEGER PRIMARY KEY, new INTEGER NOT NULL); \
-             CREATE TEMP TABLE dmap (old INTEGER PRIMARY KEY, new INTEGER NOT NULL);",
-        )?;
-        for (i, part) in parts.iter().enumerate() {
-            let rank = part.info.rank;
-            let path = part.path.to_string_lossy();
-            let mut st = Stmt::prepare(db, "ATTACH DATABASE ?1 AS src")?;
-            st.bind_text(1, &path)?;
-            st.step()?;
-            drop(st);
-            raw::exec(
-                db,
-                "BEGIN; DELETE FROM temp.smap; DELETE FROM temp.pmap; DELETE FROM temp.dmap;",
-            )?;
+/// What [`merge_ranks`] carries from one rank to the next.
+#[derive(Default)]
+struct Merge {
+    report: MergeReport,
+    pids_taken: HashSet<i64>,
+    devices_taken: HashSet<i64>,
+    process_rank: Vec<(i64, i64)>,
+    /// `(id in the run, rank, source ordinal)`.
+    device_rank: Vec<(i64, i64, i64)>,
+}
 
-            // Strings: the same text gets the same id across ranks, ids stay 1, 2, 3, ...
-            let mut add =
-                Stmt::prepare(db, "INSERT INTO main.strings (id, value) VALUES (?1, ?2)")?;
-            let mut map = Stmt::prepare(db, "INSERT INTO temp.smap (old, new) VALUES (?1, ?2)")?;
-            let mut rows = Vec::new();
-            {
-                let mut q = Stmt::prepare(db, "SELECT id, value FROM src.strings")?;
-                while q.step()? {
-                    rows.push((q.col_i64(0), q.col_text(1).unwrap_or("").to_string()));
-                }
-            }
-            for (old, value) in rows {
-                let next = strings.len() as i64 + 1;
-                let new = match strings.get(&value) {
-                    Some(&id) => id,
-                    None => {
-                        add.bind_i64(1, next)?;
-                        add.bind_text(2, &value)?;
-                        add.execute()?;
-                        strings.insert(value, next);
-                        next
-                    }
-                };
-                map.bind_i64(1, old)?;
-                map.bind_i64(2, new)?;
-                map.execute()?;
-            }
-            drop((add, map));
+/// Every process id a run uses: named processes, threads, and the pids of its rows (GPU-side
+/// ranges carry a device there instead).
+const PIDS_SQL: &str = "SELECT pid FROM processes UNION SELECT pid FROM threads \
+     UNION SELECT pid FROM api_calls UNION SELECT pid FROM flows \
+     UNION SELECT pid FROM ranges WHERE kind NOT IN ('gpu_user_annotation', 'cuda_sync') \
+     UNION SELECT pid FROM kernels WHERE pid IS NOT NULL \
+     UNION SELECT pid FROM memops WHERE pid IS NOT NULL";
+/// Every GPU id a run uses.
+const DEVICES_SQL: &str = "SELECT device_id FROM kernels UNION SELECT device_id FROM memops \
+     UNION SELECT pid FROM ranges WHERE kind IN ('gpu_user_annotation', 'cuda_sync')";
 
-            // Processes (pid namespace) and GPUs (device namespace).
-            let mut pids = Vec::new();
-            {
-                let mut q = Stmt::prepare(
-                    db,
-                    "SELECT pid FROM src.processes UNION SELECT pid FROM src.threads \
-                     UNION SELECT pid FROM src.api_calls UNION SELECT pid FROM src.flows \
-                     UNION SELECT pid FROM src.ranges \
-                       WHERE kind NOT IN ('gpu_user_annotation', 'cuda_sync') \
-                     UNION SELECT pid FROM src.kernels WHERE pid IS NOT NULL \
-                     UNION SELECT pid FROM src.memops WHERE pid IS NOT NULL",
-                )?;
-                while q.step()? {
-                    pids.push(q.col_i64(0));
-                }
+impl Merge {
+    /// Copies the `i`-th part (rank `part.info.rank`) into `w`.
+    fn part(&mut self, w: &mut Writer, i: usize, part: &MergePart) -> Result<()> {
+        let rank = part.info.rank;
+        let mut src = Store::open(&part.path)?;
+
+        // Strings: the same text gets the same id across ranks, ids stay 1, 2, 3, ...
+        let strings = src.strings()?;
+        let smap: Vec<StrId> = std::iter::once(StrId(0))
+            .chain((1..=strings.len() as i64).map(|id| w.intern(strings.get(StrId(id)))))
+            .collect();
+        drop(strings);
+        let s = |id: StrId| -> Result<StrId> {
+            usize::try_from(id.0)
+                .ok()
+                .filter(|&i| i > 0)
+                .and_then(|i| smap.get(i).copied())
+                .ok_or_else(|| {
+                    Error::Sqlite(format!("rank {rank}: string id {} not in its table", id.0))
+                })
+        };
+
+        // Processes (pid namespace) and GPUs (device namespace).
+        let mut pids = Vec::new();
+        src.query(PIDS_SQL, &[], |q| pids.push(q.col_i64(0)))?;
+        let mut pmap: HashMap<i64, i64> = HashMap::with_capacity(pids.len());
+        for &old in &pids {
+            let new = fresh_id(old, rank, RANK_PID_STRIDE, &self.pids_taken).ok_or_else(|| {
+                Error::Sqlite(format!("rank {rank}: no free process id for pid {old}"))
+            })?;
+            if new != old {
+                self.report.pids_renumbered.push((rank, old, new));
             }
-            let mut map = Stmt::prepare(db, "INSERT INTO temp.pmap (old, new) VALUES (?1, ?2)")?;
-            let mut new_pids = Vec::new();
-            for old in pids {
-                let new = fresh_id(old, rank, RANK_PID_STRIDE, &pids_taken).ok_or_else(|| {
-                    Error::Sqlite(format!("rank {rank}: no free process id for pid {old}"))
+            self.process_rank.push((new, rank));
+            pmap.insert(old, new);
+        }
+        self.pids_taken.extend(pmap.values().copied());
+        let mut devs = Vec::new();
+        src.query(DEVICES_SQL, &[], |q| devs.push(q.col_i64(0)))?;
+        let mut dmap: HashMap<i64, i64> = HashMap::with_capacity(devs.len());
+        for &old in &devs {
+            let new =
+                fresh_id(old, rank, RANK_DEVICE_STRIDE, &self.devices_taken).ok_or_else(|| {
+                    Error::Sqlite(format!("rank {rank}: no free GPU id for device {old}"))
                 })?;
-                if new != old {
-                    report.pids_renumbered.push((rank, old, new));
-                }
-                new_pids.push(new);
-                process_rank.push((new, rank));
-                map.bind_i64(1, old)?;
-                map.bind_i64(2, new)?;
-                map.execute()?;
+            if new != old {
+                self.report.devices_renumbered.push((rank, old, new));
             }
-            pids_taken.extend(new_pids);
-            drop(map);
-            let mut devs = Vec::new();
-            {
-                let mut q = Stmt::prepare(
-                    db,
-                    "SELECT device_id FROM src.kernels UNION SELECT device_id FROM src.memops \
-                     UNION SELECT pid FROM src.ranges \
-                       WHERE kind IN ('gpu_user_annotation', 'cuda_sync')",
-                )?;
-                while q.step()? {
-                    devs.push(q.col_i64(0));
-                }
-            }
-            let mut map = Stmt::prepare(db, "INSERT INTO temp.dmap (old, new) VALUES (?1, ?2)")?;
-            let mut new_devs = Vec::new();
-            for old in devs {
-                let new =
-                    fresh_id(old, rank, RANK_DEVICE_STRIDE, &devices_taken).ok_or_else(|| {
-                        Error::Sqlite(format!("rank {rank}: no free GPU id for device {old}"))
-                    })?;
-                if new != old {
-                    report.devices_renumbered.push((rank, old, new));
-                }
-                new_devs.push(new);
-                device_rank.push((new, rank, old));
-                map.bind_i64(1, old)?;
-                map.bind_i64(2, new)?;
-                map.execute()?;
-            }
-            devices_taken.extend(new_devs);
-            drop(map);
+            self.device_rank.push((new, rank, old));
+            dmap.insert(old, new);
+        }
+        self.devices_taken.extend(dmap.values().copied());
+        let p = |pid: i64| pmap.get(&pid).copied().unwrap_or(pid);
+        let d = |dev: i64| dmap.get(&dev).copied().unwrap_or(dev);
 
-            let off = part.info.clock_offset_ns;
-            let link = if i == 0 {
-                0
-            } else {
-                rank.max(1) << LINK_ID_SHIFT
-            };
-            const S: &str = "(SELECT new FROM temp.smap WHERE old = ";
-            const P: &str = "(SELECT new FROM temp.pmap WHERE old = ";
-            const D: &str = "(SELECT new FROM temp.dmap WHERE old = ";
-            let statements = [
-                format!(
-                    "INSERT INTO main.kernels (start_ns, end_ns, device_id, stream_id, pid, \
-                     correlation_id, external_id, name_id, grid_x, grid_y, grid_z, block_x, \
-                     block_y, block_z, registers_per_thread, static_smem_bytes, \
-                     dynamic_smem_bytes, graph_id) \
-                     SELECT start_ns + ?1, end_ns + ?1, {D}device_id), stream_id, {P}pid), \
-                     correlation_id, external_id + ?2, {S}name_id), grid_x, grid_y, grid_z, \
-                     block_x, block_y, block_z, registers_per_thread, static_smem_bytes, \
-                     dynamic_smem_bytes, graph_id FROM src.kernels ORDER BY id"
-                ),
-                format!(
-                    "INSERT INTO main.memops (kind, start_ns, end_ns, device_id, stream_id, pid, \
-                     correlation_id, external_id, bytes, copy_kind, value) \
-                     SELECT kind, start_ns + ?1, end_ns + ?1, {D}device_id), stream_id, \
-                     {P}pid), correlation_id, external_id + ?2, bytes, copy_kind, value \
-                     FROM src.memops ORDER BY id"
-                ),
-                format!(
-                    "INSERT INTO main.api_calls (api, start_ns, end_ns, pid, tid, correlation_id, \
-                     external_id, name_id, return_code) \
-                     SELECT api, start_ns + ?1, end_ns + ?1, {P}pid), tid, correlation_id, \
-                     external_id + ?2, {S}name_id), return_code FROM src.api_calls ORDER BY id"
-                ),
-                format!(
-                    "INSERT INTO main.ranges (kind, start_ns, end_ns, pid, tid, end_tid, \
-                     domain_id, name_id, category_id, color, depth, external_id, correlation_id, \
-                     input_dims_id, input_types_id) \
-                     SELECT kind, start_ns + ?1, end_ns + ?1, \
-                     CASE WHEN kind IN ('gpu_user_annotation', 'cuda_sync') \
-                       THEN coalesce({D}pid), pid) ELSE {P}pid) END, \
-                     tid, end_tid, {S}domain_id), {S}name_id), {S}category_id), color, depth, \
-                     external_id + ?2, correlation_id, {S}input_dims_id), {S}input_types_id) \
-                     FROM src.ranges ORDER BY id"
-                ),
-                format!(
-                    "INSERT INTO main.flows (category_id, flow_id, phase, ts_ns, pid, tid) \
-                     SELECT {S}category_id), flow_id + ?2, phase, ts_ns + ?1, {P}pid), tid \
-                     FROM src.flows ORDER BY id"
-                ),
-            ];
-            for sql in &statements {
-                let mut st = Stmt::prepare(db, sql)?;
-                st.bind_i64(1, off)?;
-                st.bind_i64(2, link)?;
-                st.step()?;
+        let off = part.info.clock_offset_ns;
+        let link = if i == 0 {
+            0
+        } else {
+            rank.max(1) << LINK_ID_SHIFT
+        };
+        let linked = |id: Option<i64>| id.map(|x| x.wrapping_add(link));
+        // The scans call back per row; the first error stops the copying and is returned.
+        let mut failed: Option<Error> = None;
+        let mut keep = |r: Result<()>| {
+            if let Err(e) = r {
+                failed.get_or_insert(e);
             }
-            let unshifted = [
-                format!(
-                    "INSERT INTO main.threads (pid, tid, name) \
-                     SELECT {P}pid), tid, name FROM src.threads"
-                ),
-                format!(
-                    "INSERT INTO main.processes (pid, name) \
-                     SELECT {P}pid), name FROM src.processes"
-                ),
-                "INSERT INTO main.processes (pid) SELECT new FROM temp.pmap \
-                 WHERE new NOT IN (SELECT pid FROM main.processes)"
-                    .to_string(),
-                "INSERT INTO main.devices (id, name, compute_major, compute_minor, sm_count, \
-                     memory_bytes, clock_khz, mem_bandwidth_bytes_per_s, peak_flops_fp16, \
-                     peak_source) \
-                     SELECT m.new, d.name, d.compute_major, d.compute_minor, d.sm_count, \
-                     d.memory_bytes, d.clock_khz, d.mem_bandwidth_bytes_per_s, \
-                     d.peak_flops_fp16, d.peak_source \
-                     FROM temp.dmap m LEFT JOIN src.devices d ON d.id = m.old"
-                    .to_string(),
-            ];
-            for sql in &unshifted {
-                Stmt::prepare(db, sql)?.step()?;
-            }
-            if i == 0 {
-                let mut q = Stmt::prepare(db, "SELECT key, value FROM src.meta")?;
-                while q.step()? {
-                    let key = q.col_text(0).unwrap_or("").to_string();
-                    if !RESERVED_META.contains(&key.as_str())
-                        && !PER_RANK_META.contains(&key.as_str())
-                    {
-                        meta.push((key, q.col_text(1).unwrap_or("").to_string()));
-                    }
+        };
+        src.for_each_kernel(|k| {
+            let row = s(k.name).map(|name| Kernel {
+                start_ns: k.start_ns + off,
+                end_ns: k.end_ns + off,
+                device_id: d(k.device_id),
+                pid: k.pid.map(p),
+                external_id: linked(k.external_id),
+                name,
+                ..k
+            });
+            keep(row.and_then(|k| w.kernel(k)));
+        })?;
+        src.for_each_memop(|m| {
+            keep(w.memop(Memop {
+                start_ns: m.start_ns + off,
+                end_ns: m.end_ns + off,
+                device_id: d(m.device_id),
+                pid: m.pid.map(p),
+                external_id: linked(m.external_id),
+                ..m
+            }));
+        })?;
+        src.for_each_api_call(|a| {
+            let row = s(a.name).map(|name| ApiCall {
+                start_ns: a.start_ns + off,
+                end_ns: a.end_ns + off,
+                pid: p(a.pid),
+                external_id: linked(a.external_id),
+                name,
+                ..a
+            });
+            keep(row.and_then(|a| w.api_call(a)));
+        })?;
+        src.for_each_range(|r| {
+            let opt = |id: Option<StrId>| id.map(s).transpose();
+            let row = (|| {
+                Ok(Range {
+                    start_ns: r.start_ns + off,
+                    end_ns: r.end_ns.map(|e| e + off),
+                    pid: if r.kind.is_gpu_side() {
+                        d(r.pid)
+                    } else {
+                        p(r.pid)
+                    },
+                    domain: opt(r.domain)?,
+                    name: s(r.name)?,
+                    category: opt(r.category)?,
+                    external_id: linked(r.external_id),
+                    input_dims: opt(r.input_dims)?,
+                    input_types: opt(r.input_types)?,
+                    ..r
+                })
+            })();
+            keep(row.and_then(|r| w.range(r)));
+        })?;
+        src.for_each_flow(|f| {
+            let row = s(f.category).map(|category| Flow {
+                category,
+                flow_id: f.flow_id.wrapping_add(link),
+                ts_ns: f.ts_ns + off,
+                pid: p(f.pid),
+                ..f
+            });
+            keep(row.and_then(|f| w.flow(f)));
+        })?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+
+        for (pid, tid, name) in src.threads()? {
+            w.thread(p(pid), tid, name.as_deref());
+        }
+        for (pid, name) in src.processes()? {
+            w.process(p(pid), name.as_deref());
+        }
+        for &new in pmap.values() {
+            w.process(new, None);
+        }
+        let mut devices: HashMap<i64, Device> =
+            src.devices()?.into_iter().map(|d| (d.id, d)).collect();
+        for &old in &devs {
+            let dev = devices.remove(&old).unwrap_or_default();
+            w.device(Device { id: d(old), ..dev });
+        }
+        if i == 0 {
+            for (key, value) in src.meta()? {
+                if !PER_RANK_META.contains(&key.as_str()) {
+                    w.meta(&key, value);
                 }
             }
-            raw::exec(db, "COMMIT; DETACH DATABASE src;")?;
         }
+        Ok(())
     }
-    // The indexes, built once, and the later schema (ranks columns).
-    sqlx::migrate!("./migrations").run(&mut conn).await?;
-    let now_ns = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i64)
-        .unwrap_or(0);
-    {
-        let mut h = conn.lock_handle().await?;
-        let db = h.as_raw_handle();
-        raw::exec(db, "BEGIN")?;
-        let ranks: Vec<RankInfo> = parts.iter().map(|p| p.info.clone()).collect();
-        insert_ranks(db, &ranks)?;
-        let mut st = Stmt::prepare(db, "UPDATE processes SET rank = ?1 WHERE pid = ?2")?;
-        for &(pid, rank) in &process_rank {
-            st.bind_i64(1, rank)?;
-            st.bind_i64(2, pid)?;
-            st.execute()?;
-        }
-        let mut st = Stmt::prepare(
-            db,
-            "UPDATE devices SET rank = ?1, ordinal = ?2 WHERE id = ?3",
-        )?;
-        for &(id, rank, ordinal) in &device_rank {
-            st.bind_i64(1, rank)?;
-            st.bind_i64(2, ordinal)?;
-            st.bind_i64(3, id)?;
-            st.execute()?;
-        }
-        let mut st = Stmt::prepare(
-            db,
-            "INSERT OR REPLACE INTO meta (key, value) VALUES (?1, ?2)",
-        )?;
-        for (k, v) in meta
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.clone()))
-            .chain([("ranks", parts.len().to_string())])
+}
+
+/// Writes the `ranks` table and the processes' and GPUs' ranks into the complete run at
+/// `path`, which nobody reads yet.
+fn label_ranks(
+    path: &Path,
+    ranks: &[RankInfo],
+    process_rank: &[(i64, i64)],
+    device_rank: &[(i64, i64, i64)],
+) -> Result<()> {
+    let rt = runtime(path)?;
+    rt.block_on(async {
+        let mut conn = open_rw(path, false).await?;
         {
-            st.bind_text(1, k)?;
-            st.bind_text(2, &v)?;
-            st.execute()?;
-        }
-        drop(st);
-        let mut st = Stmt::prepare(
-            db,
-            "INSERT INTO run (id, source_format, source_path, command, host, start_unix_ns, \
-             tool, tool_version, cuda_runtime_version, cuda_driver_version, cupti_version, \
-             fuseprof_version, imported_unix_ns, complete) \
-             VALUES (1, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, 1)",
-        )?;
-        let texts = [
-            Some(run.source_format.as_str()),
-            run.source_path.as_deref(),
-            run.command.as_deref(),
-            run.host.as_deref(),
-        ];
-        for (i, t) in texts.iter().enumerate() {
-            match t {
-                Some(t) => st.bind_text(i as i32 + 1, t)?,
-                None => st.bind_opt_i64(i as i32 + 1, None)?,
+            let mut h = conn.lock_handle().await?;
+            let db = h.as_raw_handle();
+            raw::exec(db, "BEGIN")?;
+            insert_ranks(db, ranks)?;
+            let mut st = Stmt::prepare(db, "UPDATE processes SET rank = ?1 WHERE pid = ?2")?;
+            for &(pid, rank) in process_rank {
+                st.bind_i64(1, rank)?;
+                st.bind_i64(2, pid)?;
+                st.execute()?;
             }
-        }
-        st.bind_opt_i64(5, run.start_unix_ns)?;
-        let texts = [
-            run.tool.as_deref(),
-            run.tool_version.as_deref(),
-            run.cuda_runtime_version.as_deref(),
-            run.cuda_driver_version.as_deref(),
-            run.cupti_version.as_deref(),
-            Some(env!("CARGO_PKG_VERSION")),
-        ];
-        for (i, t) in texts.iter().enumerate() {
-            match t {
-                Some(t) => st.bind_text(i as i32 + 6, t)?,
-                None => st.bind_opt_i64(i as i32 + 6, None)?,
+            let mut st = Stmt::prepare(
+                db,
+                "INSERT INTO devices (id, rank, ordinal) VALUES (?1, ?2, ?3) \
+                 ON CONFLICT (id) DO UPDATE SET rank = ?2, ordinal = ?3",
+            )?;
+            for &(id, rank, ordinal) in device_rank {
+                st.bind_i64(1, id)?;
+                st.bind_i64(2, rank)?;
+                st.bind_i64(3, ordinal)?;
+                st.execute()?;
             }
+            raw::exec(db, "COMMIT; PRAGMA journal_mode = DELETE;")?;
         }
-        st.bind_i64(12, now_ns)?;
-        st.execute()?;
-        drop(st);
-        raw::exec(db, "COMMIT; PRAGMA journal_mode = DELETE;")?;
-    }
-    conn.close().await?;
-    report.pids_renumbered.sort_unstable();
-    report.devices_renumbered.sort_unstable();
-    Ok(report)
+        conn.close().await?;
+        Ok::<_, Error>(())
+    })
 }
 
 /// A collective (communication) kernel of one rank. Kernels with the same `key` (the same

@@ -159,6 +159,13 @@ const KERNELS: Table = Table {
     ],
 };
 
+/// The first start and the last end of a run's records.
+const SPAN_SQL: &str = "SELECT min(s), max(e) FROM ( \
+     SELECT min(start_ns) s, max(end_ns) e FROM kernels \
+     UNION ALL SELECT min(start_ns), max(end_ns) FROM memops \
+     UNION ALL SELECT min(start_ns), max(end_ns) FROM api_calls \
+     UNION ALL SELECT min(start_ns), max(coalesce(end_ns, start_ns)) FROM ranges)";
+
 /// The run's string table; ids are dense from 1.
 pub struct Strings {
     values: Vec<String>,
@@ -488,6 +495,14 @@ impl Store {
             .collect())
     }
 
+    /// The first start and the last end of the run's records (kernels, copies, API calls,
+    /// ranges): [`Info`]'s `first_ns` and `last_ns` without the rest of [`Store::info`].
+    pub fn span(&mut self) -> Result<(Option<i64>, Option<i64>)> {
+        Ok(self
+            .rt
+            .block_on(sqlx::query_as(SPAN_SQL).fetch_one(&mut self.conn))?)
+    }
+
     pub fn info(&mut self) -> Result<Info> {
         let run = self.run()?;
         let meta = self.meta()?;
@@ -526,16 +541,7 @@ impl Store {
             sqlx::query_as("SELECT kind, count(*) FROM ranges GROUP BY kind ORDER BY kind")
                 .fetch_all(&mut *c),
         )?;
-        let (first_ns, last_ns): (Option<i64>, Option<i64>) = rt.block_on(
-            sqlx::query_as(
-                "SELECT min(s), max(e) FROM ( \
-                   SELECT min(start_ns) s, max(end_ns) e FROM kernels \
-                   UNION ALL SELECT min(start_ns), max(end_ns) FROM memops \
-                   UNION ALL SELECT min(start_ns), max(end_ns) FROM api_calls \
-                   UNION ALL SELECT min(start_ns), max(coalesce(end_ns, start_ns)) FROM ranges)",
-            )
-            .fetch_one(&mut *c),
-        )?;
+        let (first_ns, last_ns) = rt.block_on(sqlx::query_as(SPAN_SQL).fetch_one(&mut *c))?;
         let kernel_time_ns = rt.block_on(
             q("SELECT coalesce(sum(end_ns - start_ns), 0) FROM kernels").fetch_one(&mut *c),
         )?;
@@ -558,7 +564,12 @@ impl Store {
     }
 
     /// Runs `sql` with `params` bound to ?1, ?2, ... and calls `row` for each result row.
-    fn query(&mut self, sql: &str, params: &[i64], mut row: impl FnMut(&Stmt<'_>)) -> Result<()> {
+    pub(crate) fn query(
+        &mut self,
+        sql: &str,
+        params: &[i64],
+        mut row: impl FnMut(&Stmt<'_>),
+    ) -> Result<()> {
         let db = self.raw_db()?;
         let mut st = Stmt::prepare(db, sql)?;
         for (i, p) in params.iter().enumerate() {

@@ -368,3 +368,158 @@ fn bulk_written_pages_pass_sqlites_integrity_check() {
     });
     Store::open(&path).unwrap();
 }
+
+/// Two ranks' runs merged: every row copied once with its rank's offset, strings shared, the
+/// second rank's colliding pid and GPU renumbered, and SQLite finds the file sound.
+#[test]
+fn merged_ranks_keep_every_row_and_pass_sqlites_integrity_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut parts = Vec::new();
+    for rank in 0..2i64 {
+        let path = dir.path().join(format!("rank{rank}.sqlite"));
+        let mut w = Writer::create(&path, CreateOptions::default()).unwrap();
+        w.intern(&format!("only in rank {rank}"));
+        for i in 0..5_000i64 {
+            let mut k = kernel(&mut w, "shared_kernel", i * 10);
+            k.pid = Some(42);
+            k.external_id = Some(i);
+            w.kernel(k).unwrap();
+            let name = w.intern("cudaLaunchKernel");
+            w.thread(42, 7, None);
+            w.api_call(ApiCall {
+                api: Api::Runtime,
+                start_ns: i * 10,
+                end_ns: i * 10 + 2,
+                pid: 42,
+                tid: 7,
+                correlation_id: Some(i),
+                external_id: Some(i),
+                name,
+                return_code: None,
+            })
+            .unwrap();
+            let mut r = Range::new(RangeKind::GpuUserAnnotation, name, 0, 7, i * 10);
+            r.end_ns = Some(i * 10 + 5);
+            w.range(r).unwrap();
+        }
+        let cat = w.intern("ac2g");
+        w.flow(Flow {
+            category: cat,
+            flow_id: 9,
+            phase: FlowPhase::Start,
+            ts_ns: 3,
+            pid: 42,
+            tid: 7,
+        })
+        .unwrap();
+        w.process(42, Some("python"));
+        w.device(Device {
+            id: 0,
+            name: Some("H100".into()),
+            ..Default::default()
+        });
+        w.finish(RunInfo {
+            source_format: "kineto".into(),
+            ..Default::default()
+        })
+        .unwrap();
+        parts.push(MergePart {
+            path,
+            info: RankInfo {
+                rank,
+                rank_source: "trace".into(),
+                clock: "wall_clock".into(),
+                clock_offset_ns: rank * 1_000,
+                ..Default::default()
+            },
+        });
+    }
+    let out = dir.path().join("job.sqlite");
+    let report = merge_ranks(
+        &parts,
+        &out,
+        CreateOptions::default(),
+        &RunInfo {
+            source_format: "kineto".into(),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(report.pids_renumbered, [(1, 42, 1_000_000_042)]);
+    assert_eq!(report.devices_renumbered, [(1, 0, 1000)]);
+
+    let mut s = Store::open(&out).unwrap();
+    let strings = s.strings().unwrap();
+    let texts: Vec<&str> = (1..=strings.len() as i64)
+        .map(|i| strings.get(StrId(i)))
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            "only in rank 0",
+            "shared_kernel",
+            "cudaLaunchKernel",
+            "ac2g",
+            "only in rank 1"
+        ]
+    );
+    let mut kernels = Vec::new();
+    s.for_each_kernel(|k| kernels.push(k)).unwrap();
+    assert_eq!(kernels.len(), 10_000);
+    let second = &kernels[5_001];
+    assert_eq!(
+        (
+            second.start_ns,
+            second.pid,
+            second.device_id,
+            second.external_id
+        ),
+        (1_010, Some(1_000_000_042), 1000, Some((1 << 40) + 1))
+    );
+    assert_eq!(second.name, StrId(2));
+    let mut gpu_ranges = Vec::new();
+    s.for_each_range(|r| gpu_ranges.push((r.pid, r.start_ns)))
+        .unwrap();
+    assert_eq!(gpu_ranges[5_000], (1000, 1_000));
+    let mut flows = Vec::new();
+    s.for_each_flow(|f| flows.push((f.flow_id, f.pid, f.ts_ns)))
+        .unwrap();
+    assert_eq!(flows, [(9, 42, 3), ((1 << 40) + 9, 1_000_000_042, 1_003)]);
+    assert_eq!(
+        s.processes().unwrap(),
+        [
+            (42, Some("python".into())),
+            (1_000_000_042, Some("python".into()))
+        ]
+    );
+    assert_eq!(s.process_ranks().unwrap(), [(42, 0), (1_000_000_042, 1)]);
+    assert_eq!(s.device_ranks().unwrap(), [(0, 0, 0), (1000, 1, 0)]);
+    assert_eq!(s.devices().unwrap()[1].name.as_deref(), Some("H100"));
+    assert_eq!(s.ranks().unwrap().len(), 2);
+    assert!(s.meta().unwrap().contains(&("ranks".into(), "2".into())));
+    drop(s);
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        use sqlx::{ConnectOptions, Connection};
+        let mut c = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(&out)
+            .connect()
+            .await
+            .unwrap();
+        let check: Vec<(String,)> = sqlx::query_as("PRAGMA integrity_check")
+            .fetch_all(&mut c)
+            .await
+            .unwrap();
+        assert_eq!(check, vec![("ok".to_string(),)]);
+        c.close().await.unwrap();
+    });
+    let mut left: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, ["job.sqlite", "rank0.sqlite", "rank1.sqlite"]);
+}

@@ -74,6 +74,9 @@ pub struct ImportOptions {
     pub format: Option<Format>,
     /// Counters the import advances (phase, bytes, events), for a progress display.
     pub progress: Option<std::sync::Arc<crate::progress::Progress>>,
+    /// How many input files to read at once when several are merged (the ranks of one job);
+    /// `None`: as many as the cores this process may use. The run is the same either way.
+    pub jobs: Option<usize>,
 }
 
 const SQLITE_MAGIC: &[u8] = b"SQLite format 3\0";

@@ -17,6 +17,8 @@
 //! each drives.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use fuseprof_store::{
     align_collectives, Collective, CreateOptions, MergePart, MergeReport, RankInfo, RunInfo, Store,
@@ -116,10 +118,13 @@ struct Loaded {
     base_ns: Option<i64>,
     first_ns: Option<i64>,
     last_ns: Option<i64>,
+    /// Keyed by index into `collective_names` until [`import_ranks`] numbers the names across
+    /// the ranks.
     collectives: Vec<Collective>,
+    collective_names: Vec<String>,
 }
 
-fn load(input: &Path, part: &Path, keys: &mut Vec<String>) -> Result<Loaded> {
+fn load(input: &Path, part: &Path, report: ImportReport) -> Result<Loaded> {
     let mut store = Store::open(part)?;
     let meta = store.meta()?;
     let get = |k: &str| {
@@ -136,17 +141,18 @@ fn load(input: &Path, part: &Path, keys: &mut Vec<String>) -> Result<Loaded> {
                 }),
             }
         };
-    let info = store.info()?;
+    let (first_ns, last_ns) = store.span()?;
     let strings = store.strings()?;
     let mut collectives = Vec::new();
+    let mut names: Vec<String> = Vec::new();
     let mut key_of: std::collections::HashMap<i64, Option<u32>> = Default::default();
-    store.for_each_kernel(|k| {
+    store.for_each_lean_kernel(|k| {
         let key = *key_of.entry(k.name.0).or_insert_with(|| {
             let name = strings.get(k.name);
             is_collective(name).then(|| {
-                let i = keys.iter().position(|n| n == name).unwrap_or_else(|| {
-                    keys.push(name.to_string());
-                    keys.len() - 1
+                let i = names.iter().position(|n| n == name).unwrap_or_else(|| {
+                    names.push(name.to_string());
+                    names.len() - 1
                 });
                 i as u32
             })
@@ -163,22 +169,95 @@ fn load(input: &Path, part: &Path, keys: &mut Vec<String>) -> Result<Loaded> {
     Ok(Loaded {
         input: input.into(),
         part: part.into(),
-        report: ImportReport {
-            format: Format::Kineto,
-            source_events: 0,
-            counts: Default::default(),
-            skipped: Default::default(),
-            names: 0,
-        },
+        report,
         run: store.run()?,
         trace_rank: int("distributed_rank")?,
         world_size: int("distributed_world_size")?,
         backend: get("distributed_backend"),
         base_ns: int("base_time_ns")?,
-        first_ns: info.first_ns,
-        last_ns: info.last_ns,
+        first_ns,
+        last_ns,
         collectives,
+        collective_names: names,
     })
+}
+
+/// How many inputs to import at once: `jobs`, else the cores this process may use (its CPU
+/// affinity and cgroup quota included), never more than there are inputs.
+fn workers(jobs: Option<usize>, inputs: usize) -> usize {
+    jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .clamp(1, inputs.max(1))
+}
+
+/// Imports each input into its part and reads back what the merge needs, `workers` inputs at
+/// a time, each on a thread of its own with its own writer (so a file is inflated and parsed
+/// while another's pages are written). Inputs are taken in order and none is started after
+/// one failed, so the error is the one the first bad input gives, as one after the other.
+/// Memory: each worker holds one source in memory, so `workers` sources at most.
+fn import_parts(
+    inputs: &[PathBuf],
+    parts: &[PathBuf],
+    options: &ImportOptions,
+) -> Result<Vec<Loaded>> {
+    let one = |i: usize, progress| {
+        let opts = ImportOptions {
+            overwrite: true,
+            format: Some(Format::Kineto),
+            progress,
+            jobs: None,
+        };
+        let report = import(&inputs[i], &parts[i], &opts)?;
+        load(&inputs[i], &parts[i], report)
+    };
+    let n = workers(options.jobs, inputs.len());
+    if n == 1 {
+        // One after the other on this thread, each file's progress shown as it goes.
+        return (0..inputs.len())
+            .map(|i| one(i, options.progress.clone()))
+            .collect();
+    }
+    // Several at once: the counters say how many bytes of the inputs are imported, file by file.
+    let sizes: Vec<u64> = inputs
+        .iter()
+        .map(|p| std::fs::metadata(p).map_or(0, |m| m.len()))
+        .collect();
+    let progress = options.progress.as_deref();
+    if let Some(p) = progress {
+        p.phase("importing ranks", sizes.iter().sum());
+    }
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let results: Vec<Mutex<Option<Result<Loaded>>>> =
+        inputs.iter().map(|_| Mutex::new(None)).collect();
+    std::thread::scope(|scope| {
+        for _ in 0..n {
+            scope.spawn(|| {
+                while !failed.load(Ordering::Relaxed) {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= inputs.len() {
+                        break;
+                    }
+                    let r = one(i, None);
+                    match &r {
+                        Ok(l) => {
+                            if let Some(p) = progress {
+                                p.add_bytes_done(sizes[i]);
+                                p.add_events(l.report.source_events);
+                            }
+                        }
+                        Err(_) => failed.store(true, Ordering::Relaxed),
+                    }
+                    *results[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+                }
+            });
+        }
+    });
+    // Inputs after the first failure may not have been started: stop at the first error.
+    results
+        .into_iter()
+        .map(|r| r.into_inner().unwrap_or_else(|e| e.into_inner()))
+        .map_while(|r| r)
+        .collect::<Result<Vec<_>>>()
 }
 
 /// Imports the traces of the ranks of one job (`inputs`, PyTorch-profiler JSON, one rank
@@ -208,21 +287,35 @@ pub fn import_ranks(
         }
     }
     check_writable(output, &part_path(output, "check"))?;
-    let mut parts = Parts(Vec::new());
+    let parts = Parts(
+        (0..inputs.len())
+            .map(|i| part_path(output, &format!("input{i}")))
+            .collect(),
+    );
+    let mut loaded = import_parts(inputs, &parts.0, options)?;
+    if loaded.len() < inputs.len() {
+        // Only when a worker panicked (a failure ends the list with its error).
+        return Err(ImportError::format(
+            &inputs[loaded.len()],
+            "its import stopped unexpectedly",
+        ));
+    }
+    // The collectives' keys: one number per kernel name across the ranks, in input order.
     let mut keys: Vec<String> = Vec::new();
-    let mut loaded = Vec::new();
-    for (i, input) in inputs.iter().enumerate() {
-        let part = part_path(output, &format!("input{i}"));
-        parts.0.push(part.clone());
-        let opts = ImportOptions {
-            overwrite: true,
-            format: Some(Format::Kineto),
-            progress: options.progress.clone(),
-        };
-        let report = import(input, &part, &opts)?;
-        let mut l = load(input, &part, &mut keys)?;
-        l.report = report;
-        loaded.push(l);
+    for l in &mut loaded {
+        let global: Vec<u32> = l
+            .collective_names
+            .iter()
+            .map(|name| {
+                keys.iter().position(|n| n == name).unwrap_or_else(|| {
+                    keys.push(name.clone());
+                    keys.len() - 1
+                }) as u32
+            })
+            .collect();
+        for c in &mut l.collectives {
+            c.key = global[c.key as usize];
+        }
     }
 
     // Rank numbers: the trace's, else the file name's, else the position.
