@@ -490,6 +490,7 @@ fn the_advisor_view_lists_proposals_and_enter_jumps_to_their_instances() {
     key(&mut a, KeyCode::Char('6'));
     assert_eq!(a.view, View::Advisor);
     let s = screen(&mut a, 160, 40);
+    insta::assert_snapshot!("advisor_swin", s);
     assert!(s.contains("6 Advisor"), "{s}");
     assert!(s.contains("proposals cover"), "{s}");
     assert!(s.contains("wattn-4096x3x49x32-shifted"), "{s}");
