@@ -963,6 +963,20 @@ fn acc2_add(a: &mut Acc, it: &Item) {
 /// runs traced with CUDA activity off (`fuseprof bench` times its rounds so). None when the run
 /// has no step annotation.
 pub fn annotated_step_wall(path: &Path) -> Result<Option<Spread>> {
+    Ok(annotated_steps(path)?.and_then(|s| s.wall))
+}
+
+/// The annotated steps of a run: the text their ranges carry and the spread of their wall
+/// times (see [`annotated_step_wall`]). None when the run has no step annotation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AnnotatedSteps {
+    /// The ranges' text (`step`, `ProfilerStep#3`: one family of equal texts).
+    pub name: String,
+    pub wall: Option<Spread>,
+}
+
+/// [`annotated_step_wall`] with the steps' range text.
+pub fn annotated_steps(path: &Path) -> Result<Option<AnnotatedSteps>> {
     let mut store = Store::open(path)?;
     let mut names = Names::new(store.strings()?);
     let mut tb = TreeBuilder::new(&mut names);
@@ -973,13 +987,14 @@ pub fn annotated_step_wall(path: &Path) -> Result<Option<Spread>> {
     if found.source != steps::StepSource::Annotation {
         return Ok(None);
     }
-    Ok(spread(
+    let wall = spread(
         &found
             .windows
             .iter()
             .map(|w| w.end_ns - w.start_ns)
             .collect::<Vec<_>>(),
-    ))
+    );
+    Ok(found.name.map(|name| AnnotatedSteps { name, wall }))
 }
 
 pub fn analyze_file(path: &Path, cfg: &AnalyzeConfig) -> Result<Analysis> {

@@ -1154,6 +1154,9 @@ fn step_walls_come_from_the_step_ranges_alone() {
         (wall.median_ns, wall.min_ns, wall.max_ns),
         (11_000.0, 10_000, 12_000)
     );
+    // ... and the ranges' text, which `bench` records its op passes inside.
+    let steps = fuseprof_analyzer::annotated_steps(&p).unwrap().unwrap();
+    assert_eq!((steps.name.as_str(), steps.wall), ("step", Some(wall)));
 
     // Without step ranges there is nothing to time.
     let q = dir.path().join("no-steps.sqlite");

@@ -155,6 +155,9 @@ pub struct ModelBenchReport {
     /// The first mode's last pass of each side, with op ranges: what disappeared, what
     /// appeared.
     pub diff: Diff,
+    /// The step ranges' text when those passes recorded only inside them (so the diff is per
+    /// timed step, without start-up, warm-up and the numerics check); None: whole runs.
+    pub diff_inside: Option<String>,
     /// What the patch layer patched and left alone, and its numerics, in the first mode (JSON,
     /// see fuseprof_patch).
     pub patch: serde_json::Value,
@@ -202,8 +205,17 @@ const NO_STEPS: &str = "the program's steps were not found; mark each step with 
                         PyTorch profiler's schedule";
 
 /// Median step wall time (ms) of a run traced with NVTX only; None without step annotations.
-fn annotated_step_ms(run: &Path) -> Result<Option<f64>> {
-    Ok(fuseprof_analyzer::annotated_step_wall(run)?.map(|w| w.median_ns / 1e6))
+/// Median step wall time (ms) of a run timed by its step ranges, and the ranges' text.
+fn annotated_step_ms(run: &Path) -> Result<Option<(f64, String)>> {
+    Ok(fuseprof_analyzer::annotated_steps(run)?
+        .and_then(|s| Some((s.wall?.median_ns / 1e6, s.name))))
+}
+
+/// What the passes with op ranges record: only inside the timed step ranges when the program
+/// annotates its steps, so that the per-op diff compares steps and not the start-up, warm-up
+/// and first-call numerics check around them; else the whole run.
+fn ops_capture(step_name: Option<&str>) -> Capture {
+    step_name.map_or(Capture::All, |n| Capture::Nvtx(n.to_string()))
 }
 
 /// Median step wall time (ms) of a fully traced run, from the analyzer's steps.
@@ -268,6 +280,8 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
     let mut results = Vec::new();
     let mut first_patch = serde_json::Value::Null;
     let mut diff = None;
+    // The step ranges' text, from the first timed run.
+    let mut step_name: Option<String> = None;
     for (index, mode) in cfg.modes.iter().enumerate() {
         let report_path = dir.join(format!("patch-report-{index}.json"));
         let mut common: Vec<(OsString, OsString)> =
@@ -287,40 +301,44 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
         }
         // Timed rounds record NVTX only: CUPTI's per-launch cost would otherwise inflate an
         // eager program's steps (a Swin-T step took half again as long fully traced).
-        let side =
-            |name: &str, patched: bool, pytorch: PytorchMode, light: bool| -> Result<PathBuf> {
-                let output = dir.join(format!("m{index}-{name}.sqlite"));
-                let mut env = if patched {
-                    patched_env.clone()
-                } else {
-                    common.clone()
-                };
-                if light {
-                    env.push(("FUSEPROF_CUPTI_KINDS".into(), "none".into()));
-                }
-                let collect_cfg = CollectConfig {
-                    output: output.clone(),
-                    overwrite: true,
-                    pytorch,
-                    capture: Capture::All,
-                    command: cfg.command.clone(),
-                    tracer_path: None,
-                    all_api: false,
-                    python_path: vec![patch_dir.clone()],
-                    env,
-                    progress: None,
-                };
-                let outcome = collect::run(&collect_cfg)
-                    .map_err(|e| Error::Bench(format!("{name} side ({}): {e}", mode.label())))?;
-                if outcome.exit_code != 0 {
-                    return Err(Error::Bench(format!(
-                        "the {name} side of `{command_text}` ({}) exited with code {}",
-                        mode.label(),
-                        outcome.exit_code
-                    )));
-                }
-                Ok(output)
+        let side = |name: &str,
+                    patched: bool,
+                    pytorch: PytorchMode,
+                    light: bool,
+                    capture: Capture|
+         -> Result<PathBuf> {
+            let output = dir.join(format!("m{index}-{name}.sqlite"));
+            let mut env = if patched {
+                patched_env.clone()
+            } else {
+                common.clone()
             };
+            if light {
+                env.push(("FUSEPROF_CUPTI_KINDS".into(), "none".into()));
+            }
+            let collect_cfg = CollectConfig {
+                output: output.clone(),
+                overwrite: true,
+                pytorch,
+                capture,
+                command: cfg.command.clone(),
+                tracer_path: None,
+                all_api: false,
+                python_path: vec![patch_dir.clone()],
+                env,
+                progress: None,
+            };
+            let outcome = collect::run(&collect_cfg)
+                .map_err(|e| Error::Bench(format!("{name} side ({}): {e}", mode.label())))?;
+            if outcome.exit_code != 0 {
+                return Err(Error::Bench(format!(
+                    "the {name} side of `{command_text}` ({}) exited with code {}",
+                    mode.label(),
+                    outcome.exit_code
+                )));
+            }
+            Ok(output)
+        };
         let mut base_ms = Vec::new();
         let mut patched_ms = Vec::new();
         for round in 0..rounds {
@@ -335,8 +353,11 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
                 progress.set_message(format!("{}: round {}/{rounds}", mode.label(), round + 1));
                 let mut ms = None;
                 if timing == Timing::StepRanges {
-                    let run = side(&name, patched, PytorchMode::None, true)?;
-                    ms = annotated_step_ms(&run)?;
+                    let run = side(&name, patched, PytorchMode::None, true, Capture::All)?;
+                    if let Some((m, name)) = annotated_step_ms(&run)? {
+                        ms = Some(m);
+                        step_name.get_or_insert(name);
+                    }
                     runs.push(run);
                 }
                 let ms = match ms {
@@ -344,7 +365,7 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
                     None => {
                         // No step annotation: time this and every later run fully traced.
                         timing = Timing::Traced;
-                        let run = side(&name, patched, PytorchMode::None, false)?;
+                        let run = side(&name, patched, PytorchMode::None, false, Capture::All)?;
                         let ms = traced_step_ms(&run)?;
                         runs.push(run);
                         ms
@@ -362,8 +383,15 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
             // One more pass per side with op ranges, for the per-op diff (op annotation costs
             // host time, so these runs are not timed).
             progress.set_message(format!("{}: the passes with op ranges", mode.label()));
-            let base_ops = side("baseline-ops", false, PytorchMode::Ops, false)?;
-            let patched_ops = side("patched-ops", true, PytorchMode::Ops, false)?;
+            let capture = ops_capture(step_name.as_deref());
+            let base_ops = side(
+                "baseline-ops",
+                false,
+                PytorchMode::Ops,
+                false,
+                capture.clone(),
+            )?;
+            let patched_ops = side("patched-ops", true, PytorchMode::Ops, false, capture)?;
             let analysis = |p: &Path| fuseprof_analyzer::analyze_file(p, &AnalyzeConfig::default());
             diff = Some(fuseprof_analyzer::diff(
                 &analysis(&base_ops)?,
@@ -406,6 +434,7 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
         }),
         modes: results,
         diff: diff.expect("the first mode made the diff"),
+        diff_inside: step_name,
         patch: first_patch,
         runs: if work.keep { runs } else { Vec::new() },
     };
@@ -612,9 +641,12 @@ pub fn render(r: &ModelBenchReport, top: usize) -> String {
         }
     }
     let _ = writeln!(o);
+    let inside = r.diff_inside.as_ref().map_or(String::new(), |n| {
+        format!(", recording only inside the `{n}` ranges")
+    });
     let _ = writeln!(
         o,
-        "per-op diff, {} (one more run per side with op ranges, not timed):",
+        "per-op diff, {} (one more run per side with op ranges{inside}, not timed):",
         r.modes.first().map_or("", |m| m.label.as_str())
     );
     o.push_str(&fuseprof_analyzer::render_diff_text(&r.diff, top));
@@ -706,6 +738,12 @@ mod tests {
             (g.speedup_over_eager, g.speedup_over_compiled),
             (None, None)
         );
+    }
+
+    #[test]
+    fn op_passes_record_inside_the_timed_steps_when_there_are_any() {
+        assert_eq!(ops_capture(Some("step")), Capture::Nvtx("step".into()));
+        assert_eq!(ops_capture(None), Capture::All);
     }
 
     #[test]
