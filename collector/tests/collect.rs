@@ -517,3 +517,107 @@ fn a_foreign_file_in_the_spool_is_a_clear_error() {
     let e = ingest_spool_dir(&spool_dir, &dir.path().join("run.sqlite")).unwrap_err();
     assert!(e.to_string().contains("not a fuseprof spool file"), "{e}");
 }
+
+/// One process of a job that sees only its own GPU, as device 0 (`CUDA_VISIBLE_DEVICES`):
+/// a kernel and the device record. `visible: None` writes the older PROCESS record.
+fn one_gpu_process_spool(pid: u32, visible: Option<&str>) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend_from_slice(spool::MAGIC);
+    b.extend_from_slice(&spool::VERSION.to_le_bytes());
+    rec(&mut b, tag::PROCESS, |e| {
+        e.u32(pid);
+        e.u32(1);
+        e.u32(130001);
+        e.u8(0);
+        e.i64(1_700_000_000_000_000_000);
+        e.u64(0);
+        e.str("/usr/bin/python3");
+        e.str("python3 train.py");
+        if let Some(v) = visible {
+            e.str(v);
+        }
+    });
+    rec(&mut b, tag::STRING, |e| {
+        e.u32(1);
+        e.str("ncclDevKernel_AllReduce_Sum_f32_RING_LL");
+    });
+    rec(&mut b, tag::DEVICE, |e| {
+        e.u32(0);
+        e.u32(9);
+        e.u32(0);
+        e.u32(132);
+        e.u64(80 << 30);
+        e.u32(1_980_000);
+        e.u64(3_350_000_000);
+        e.str("NVIDIA H100 80GB HBM3");
+    });
+    rec(&mut b, tag::KERNEL, |e| {
+        e.u64(1000 + u64::from(pid));
+        e.u64(2000 + u64::from(pid));
+        e.u32(0); // device 0 as the process sees it
+        e.u32(1);
+        e.u32(7);
+        e.u32(5);
+        for v in [8, 1, 1, 256, 1, 1] {
+            e.i32(v);
+        }
+        e.u16(32);
+        e.i32(0);
+        e.i32(0);
+        e.u32(1);
+        e.u32(0);
+    });
+    rec(&mut b, tag::FLUSHED, |e| {
+        e.u64(3000);
+        e.u8(spool::flush_reason::EXIT);
+    });
+    b
+}
+
+#[test]
+fn processes_that_each_see_their_gpu_as_device_0_keep_their_gpus_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool_dir = dir.path().join("spool");
+    std::fs::create_dir(&spool_dir).unwrap();
+    for (pid, visible) in [(10u32, "2"), (11, " 3 ")] {
+        let path = spool_dir.join(format!("fuseprof-{pid}-1.spool"));
+        std::fs::write(path, one_gpu_process_spool(pid, Some(visible))).unwrap();
+    }
+    let out = dir.path().join("run.sqlite");
+    ingest_spool_dir(&spool_dir, &out).unwrap();
+    let mut store = Store::open(&out).unwrap();
+    let mut by_pid = Vec::new();
+    store
+        .for_each_kernel(|k| by_pid.push((k.pid.unwrap(), k.device_id)))
+        .unwrap();
+    by_pid.sort_unstable();
+    assert_eq!(by_pid, [(10, 2), (11, 3)]);
+    let mut devices: Vec<i64> = store.devices().unwrap().iter().map(|d| d.id).collect();
+    devices.sort_unstable();
+    assert_eq!(devices, [2, 3]);
+    // So the job gets its ranks, numbered by GPU.
+    let labels = fuseprof_collector::import::ranks::ranks_by_device(&mut store)
+        .unwrap()
+        .expect("two processes on two GPUs are two ranks");
+    assert_eq!(labels.process_rank, [(10, 0), (11, 1)]);
+
+    // Unset, UUIDs or an older spool without the field: the process's own ids are kept.
+    for (i, visible) in [Some(""), Some("GPU-5f3c2a1e-0000"), None]
+        .into_iter()
+        .enumerate()
+    {
+        let d = dir.path().join(format!("keep{i}"));
+        std::fs::create_dir(&d).unwrap();
+        std::fs::write(
+            d.join("fuseprof-12-1.spool"),
+            one_gpu_process_spool(12, visible),
+        )
+        .unwrap();
+        let out = dir.path().join(format!("keep{i}.sqlite"));
+        ingest_spool_dir(&d, &out).unwrap();
+        let mut store = Store::open(&out).unwrap();
+        let mut ids = Vec::new();
+        store.for_each_kernel(|k| ids.push(k.device_id)).unwrap();
+        assert_eq!(ids, [0], "{visible:?}");
+    }
+}

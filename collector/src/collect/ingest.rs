@@ -107,6 +107,9 @@ struct Defs {
     categories: HashMap<(u64, u32), String>,
     registered: HashMap<u64, String>,
     context_device: HashMap<u32, u32>,
+    /// The machine's GPU ordinal of each device the process saw (CUDA_VISIBLE_DEVICES, when
+    /// it lists ordinals); empty: the process's ids are the machine's.
+    visible: Vec<u32>,
     cupti_dropped: u64,
     nvtx_dropped: u64,
     final_flush: bool,
@@ -125,6 +128,22 @@ struct Open {
     category: u32,
     color: Option<u32>,
     text: String,
+}
+
+impl Defs {
+    /// The machine's ordinal of the process's device `id`: two processes that each see their
+    /// own GPU as device 0 (`CUDA_VISIBLE_DEVICES=1`, `=2`, ... per process) keep their GPUs
+    /// apart in the run.
+    fn device(&self, id: u32) -> u32 {
+        self.visible.get(id as usize).copied().unwrap_or(id)
+    }
+}
+
+/// The ordinals of a `CUDA_VISIBLE_DEVICES` value ("2,3"); empty when unset or when it names
+/// GPUs otherwise (UUIDs, MIG instances): the process's own ids are kept then.
+fn visible_ordinals(v: &str) -> Vec<u32> {
+    let parsed: Option<Vec<u32>> = v.split(',').map(|s| s.trim().parse().ok()).collect();
+    parsed.unwrap_or_default()
 }
 
 fn collect_defs(data: &[u8]) -> Defs {
@@ -147,6 +166,9 @@ fn collect_defs(data: &[u8]) -> Defs {
                     let _start_clock = p.u64()?;
                     d.exe = p.str()?;
                     d.cmdline = p.str()?;
+                    if let Some(v) = p.str() {
+                        d.visible = visible_ordinals(&v);
+                    }
                 }
                 tag::STATUS => {
                     let level = p.u8()?;
@@ -399,6 +421,7 @@ fn ingest_one(
                     let _ctx = p.u32()?;
                     let stream = p.u32()?;
                     let corr = p.u32()?;
+                    let device = defs.device(device);
                     let grid = [p.i32()? as i64, p.i32()? as i64, p.i32()? as i64];
                     let block = [p.i32()? as i64, p.i32()? as i64, p.i32()? as i64];
                     let regs = p.u16()?;
@@ -436,6 +459,7 @@ fn ingest_one(
                     let stream = p.u32()?;
                     let corr = p.u32()?;
                     let bytes = p.u64()?;
+                    let device = defs.device(device);
                     let (kind, copy_kind, value) = if t == tag::MEMCPY {
                         (
                             MemopKind::Memcpy,
@@ -498,7 +522,7 @@ fn ingest_one(
                     let corr = p.u32()?;
                     let ctx = p.u32()?;
                     let stream = p.u32()?;
-                    let device = defs.context_device.get(&ctx).copied().unwrap_or(0);
+                    let device = defs.device(defs.context_device.get(&ctx).copied().unwrap_or(0));
                     let name = em.w.intern(sync_name(kind));
                     // GPU-side range: pid/tid are device/stream (u32::MAX = the whole context).
                     let tid = if stream == u32::MAX {
@@ -537,7 +561,7 @@ fn ingest_one(
                     let bw_kib = p.u64()?;
                     let name = p.str()?;
                     em.w.device(Device {
-                        id: id as i64,
+                        id: defs.device(id) as i64,
                         name: Some(name),
                         compute_major: Some(major as i64),
                         compute_minor: Some(minor as i64),

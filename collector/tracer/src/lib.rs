@@ -208,6 +208,9 @@ fn write_process(e: &mut Enc, pid: u32, cupti_version: u32) {
         })
         .collect();
     e.str(&args.join(" "));
+    // The GPUs the process may see: when each process of a job sees only its own GPU (as
+    // device 0), the collector names devices by the machine's ordinals from this.
+    e.str(&std::env::var("CUDA_VISIBLE_DEVICES").unwrap_or_default());
     e.end(at);
 }
 

@@ -23,7 +23,8 @@ pub const ENV_CAPTURE: &str = "FUSEPROF_CAPTURE";
 /// Record tags. Payload layouts are written next to each tag.
 pub mod tag {
     /// pid u32, ppid u32, cupti_version u32 (0 = no CUPTI), clock u8 (0 realtime, 1 monotonic),
-    /// start_unix_ns i64, start_clock_ns u64, exe str, cmdline str (arguments joined by spaces).
+    /// start_unix_ns i64, start_clock_ns u64, exe str, cmdline str (arguments joined by spaces),
+    /// visible_devices str (CUDA_VISIBLE_DEVICES, "" when unset; absent in older spools).
     pub const PROCESS: u8 = 1;
     /// level u8 (0 info, 1 warning, 2 error), message str.
     pub const STATUS: u8 = 2;
