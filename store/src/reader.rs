@@ -20,7 +20,6 @@ use crate::raw::{self, RawDb, Stmt};
 use crate::{Error, Result, SCHEMA_VERSION};
 use pages::{PageFile, Record};
 
-/// `ranges.kind` as stored, unknown text read as [`RangeKind::Other`] (as the full scan does).
 /// The columns of a [`Range`], in the order [`range_row`] reads them.
 const RANGE_ROW_COLUMNS: &str = "kind, start_ns, end_ns, pid, tid, end_tid, domain_id, name_id, \
      category_id, color, depth, external_id, correlation_id, input_dims_id, input_types_id";
@@ -46,8 +45,61 @@ fn range_row(s: &Stmt<'_>) -> Range {
     }
 }
 
+/// `ranges.kind` as stored, unknown text read as [`RangeKind::Other`] (as the full scan does).
 fn range_kind(text: &[u8]) -> RangeKind {
     RangeKind::from_bytes(text).unwrap_or(RangeKind::Other)
+}
+
+/// The columns of a [`LeanRange`], in the order [`lean_range_row`] reads them.
+const LEAN_RANGE_ROW_COLUMNS: &str = "kind, start_ns, end_ns, pid, tid, domain_id, name_id, \
+     category_id, input_dims_id, input_types_id";
+
+/// A [`LeanRange`] from a row that selected [`LEAN_RANGE_ROW_COLUMNS`] from column `at` on.
+fn lean_range_row(s: &Stmt<'_>, at: i32) -> LeanRange {
+    LeanRange {
+        kind: range_kind(s.col_bytes(at)),
+        start_ns: s.col_i64(at + 1),
+        end_ns: s.col_opt_i64(at + 2),
+        pid: s.col_i64(at + 3),
+        tid: s.col_i64(at + 4),
+        domain: s.col_opt_i64(at + 5).map(StrId),
+        name: StrId(s.col_i64(at + 6)),
+        category: s.col_opt_i64(at + 7).map(StrId),
+        input_dims: s.col_opt_i64(at + 8).map(StrId),
+        input_types: s.col_opt_i64(at + 9).map(StrId),
+    }
+}
+
+/// The columns of a [`Kernel`], in the order [`kernel_row`] reads them.
+const KERNEL_ROW_COLUMNS: &str = "start_ns, end_ns, device_id, stream_id, pid, correlation_id, \
+     external_id, name_id, grid_x, grid_y, grid_z, block_x, block_y, block_z, \
+     registers_per_thread, static_smem_bytes, dynamic_smem_bytes, graph_id";
+
+/// A [`Kernel`] from a row that selected [`KERNEL_ROW_COLUMNS`] from column `at` on.
+fn kernel_row(s: &Stmt<'_>, at: i32) -> Kernel {
+    let triple = |i| {
+        Some([
+            s.col_opt_i64(i)?,
+            s.col_opt_i64(i + 1)?,
+            s.col_opt_i64(i + 2)?,
+        ])
+    };
+    Kernel {
+        start_ns: s.col_i64(at),
+        end_ns: s.col_i64(at + 1),
+        device_id: s.col_i64(at + 2),
+        stream_id: s.col_i64(at + 3),
+        pid: s.col_opt_i64(at + 4),
+        correlation_id: s.col_opt_i64(at + 5),
+        external_id: s.col_opt_i64(at + 6),
+        name: StrId(s.col_i64(at + 7)),
+        grid: triple(at + 8),
+        block: triple(at + 11),
+        registers_per_thread: s.col_opt_i64(at + 14),
+        static_smem_bytes: s.col_opt_i64(at + 15),
+        dynamic_smem_bytes: s.col_opt_i64(at + 16),
+        graph_id: s.col_opt_i64(at + 17),
+    }
 }
 
 /// An open, complete run.
@@ -584,34 +636,8 @@ impl Store {
     /// Every kernel, in the order they were written.
     pub fn for_each_kernel(&mut self, mut f: impl FnMut(Kernel)) -> Result<()> {
         self.scan(
-            "SELECT start_ns, end_ns, device_id, stream_id, pid, correlation_id, external_id, \
-             name_id, grid_x, grid_y, grid_z, block_x, block_y, block_z, registers_per_thread, \
-             static_smem_bytes, dynamic_smem_bytes, graph_id FROM kernels ORDER BY id",
-            |s| {
-                let triple = |i| {
-                    Some([
-                        s.col_opt_i64(i)?,
-                        s.col_opt_i64(i + 1)?,
-                        s.col_opt_i64(i + 2)?,
-                    ])
-                };
-                f(Kernel {
-                    start_ns: s.col_i64(0),
-                    end_ns: s.col_i64(1),
-                    device_id: s.col_i64(2),
-                    stream_id: s.col_i64(3),
-                    pid: s.col_opt_i64(4),
-                    correlation_id: s.col_opt_i64(5),
-                    external_id: s.col_opt_i64(6),
-                    name: StrId(s.col_i64(7)),
-                    grid: triple(8),
-                    block: triple(11),
-                    registers_per_thread: s.col_opt_i64(14),
-                    static_smem_bytes: s.col_opt_i64(15),
-                    dynamic_smem_bytes: s.col_opt_i64(16),
-                    graph_id: s.col_opt_i64(17),
-                })
-            },
+            &format!("SELECT {KERNEL_ROW_COLUMNS} FROM kernels ORDER BY id"),
+            |s| f(kernel_row(s, 0)),
         )
     }
 
@@ -742,8 +768,7 @@ impl Store {
         // Columns in table order: SQLite decodes a record's header up to the last column read.
         self.lean_scan(
             &RANGES,
-            "SELECT kind, start_ns, end_ns, pid, tid, domain_id, name_id, category_id, \
-             input_dims_id, input_types_id FROM ranges WHERE id >= ?1 ORDER BY id",
+            &format!("SELECT {LEAN_RANGE_ROW_COLUMNS} FROM ranges WHERE id >= ?1 ORDER BY id"),
             |r: &Record<'_, 16>| {
                 Some(LeanRange {
                     kind: range_kind(r.bytes(1)?),
@@ -758,18 +783,7 @@ impl Store {
                     input_types: r.opt_i64(15)?.map(StrId),
                 })
             },
-            |s| LeanRange {
-                kind: range_kind(s.col_bytes(0)),
-                start_ns: s.col_i64(1),
-                end_ns: s.col_opt_i64(2),
-                pid: s.col_i64(3),
-                tid: s.col_i64(4),
-                domain: s.col_opt_i64(5).map(StrId),
-                name: StrId(s.col_i64(6)),
-                category: s.col_opt_i64(7).map(StrId),
-                input_dims: s.col_opt_i64(8).map(StrId),
-                input_types: s.col_opt_i64(9).map(StrId),
-            },
+            |s| lean_range_row(s, 0),
             f,
         )
     }

@@ -10,7 +10,8 @@ use crate::model::*;
 use crate::raw::Stmt;
 use crate::reader::pages::Record;
 use crate::reader::{
-    range_kind, range_row, Store, API_CALLS, KERNELS, MEMOPS, RANGES, RANGE_ROW_COLUMNS,
+    kernel_row, range_kind, range_row, Store, API_CALLS, KERNELS, KERNEL_ROW_COLUMNS, MEMOPS,
+    RANGES, RANGE_ROW_COLUMNS,
 };
 use crate::Result;
 
@@ -512,35 +513,9 @@ impl Store {
     pub fn kernel_by_id(&mut self, id: i64) -> Result<Option<Kernel>> {
         let mut out = None;
         self.query(
-            "SELECT start_ns, end_ns, device_id, stream_id, pid, correlation_id, external_id, \
-             name_id, grid_x, grid_y, grid_z, block_x, block_y, block_z, registers_per_thread, \
-             static_smem_bytes, dynamic_smem_bytes, graph_id FROM kernels WHERE id = ?1",
+            &format!("SELECT {KERNEL_ROW_COLUMNS} FROM kernels WHERE id = ?1"),
             &[id],
-            |s| {
-                let triple = |i| {
-                    Some([
-                        s.col_opt_i64(i)?,
-                        s.col_opt_i64(i + 1)?,
-                        s.col_opt_i64(i + 2)?,
-                    ])
-                };
-                out = Some(Kernel {
-                    start_ns: s.col_i64(0),
-                    end_ns: s.col_i64(1),
-                    device_id: s.col_i64(2),
-                    stream_id: s.col_i64(3),
-                    pid: s.col_opt_i64(4),
-                    correlation_id: s.col_opt_i64(5),
-                    external_id: s.col_opt_i64(6),
-                    name: StrId(s.col_i64(7)),
-                    grid: triple(8),
-                    block: triple(11),
-                    registers_per_thread: s.col_opt_i64(14),
-                    static_smem_bytes: s.col_opt_i64(15),
-                    dynamic_smem_bytes: s.col_opt_i64(16),
-                    graph_id: s.col_opt_i64(17),
-                })
-            },
+            |s| out = Some(kernel_row(s, 0)),
         )?;
         Ok(out)
     }

@@ -6,34 +6,17 @@
 
 use crate::model::*;
 use crate::raw::Stmt;
-use crate::reader::{range_kind, Store};
+use crate::reader::{
+    kernel_row, lean_range_row, Store, KERNEL_ROW_COLUMNS, LEAN_RANGE_ROW_COLUMNS,
+};
 use crate::Result;
 
-const LEAN_RANGE_COLUMNS: &str = "id, kind, start_ns, end_ns, pid, tid, domain_id, name_id, \
-     category_id, input_dims_id, input_types_id";
 const LEAN_LAUNCH_COLUMNS: &str = "id, start_ns, pid, tid, correlation_id";
-const KERNEL_COLUMNS: &str = "id, start_ns, end_ns, device_id, stream_id, pid, correlation_id, \
-     external_id, name_id, grid_x, grid_y, grid_z, block_x, block_y, block_z, \
-     registers_per_thread, static_smem_bytes, dynamic_smem_bytes, graph_id";
 const LEAN_MEMOP_COLUMNS: &str =
     "id, kind, start_ns, end_ns, device_id, pid, correlation_id, external_id, copy_kind";
 
 fn lean_range(s: &Stmt<'_>) -> (i64, LeanRange) {
-    (
-        s.col_i64(0),
-        LeanRange {
-            kind: range_kind(s.col_bytes(1)),
-            start_ns: s.col_i64(2),
-            end_ns: s.col_opt_i64(3),
-            pid: s.col_i64(4),
-            tid: s.col_i64(5),
-            domain: s.col_opt_i64(6).map(StrId),
-            name: StrId(s.col_i64(7)),
-            category: s.col_opt_i64(8).map(StrId),
-            input_dims: s.col_opt_i64(9).map(StrId),
-            input_types: s.col_opt_i64(10).map(StrId),
-        },
-    )
+    (s.col_i64(0), lean_range_row(s, 1))
 }
 
 fn lean_launch(s: &Stmt<'_>) -> (i64, LeanLaunch) {
@@ -49,32 +32,7 @@ fn lean_launch(s: &Stmt<'_>) -> (i64, LeanLaunch) {
 }
 
 fn kernel(s: &Stmt<'_>) -> (i64, Kernel) {
-    let triple = |i| {
-        Some([
-            s.col_opt_i64(i)?,
-            s.col_opt_i64(i + 1)?,
-            s.col_opt_i64(i + 2)?,
-        ])
-    };
-    (
-        s.col_i64(0),
-        Kernel {
-            start_ns: s.col_i64(1),
-            end_ns: s.col_i64(2),
-            device_id: s.col_i64(3),
-            stream_id: s.col_i64(4),
-            pid: s.col_opt_i64(5),
-            correlation_id: s.col_opt_i64(6),
-            external_id: s.col_opt_i64(7),
-            name: StrId(s.col_i64(8)),
-            grid: triple(9),
-            block: triple(12),
-            registers_per_thread: s.col_opt_i64(15),
-            static_smem_bytes: s.col_opt_i64(16),
-            dynamic_smem_bytes: s.col_opt_i64(17),
-            graph_id: s.col_opt_i64(18),
-        },
-    )
+    (s.col_i64(0), kernel_row(s, 1))
 }
 
 fn lean_memop(s: &Stmt<'_>) -> (i64, LeanMemop) {
@@ -114,7 +72,7 @@ impl Store {
     ) -> Result<()> {
         self.query(
             &format!(
-                "SELECT {LEAN_RANGE_COLUMNS} FROM ranges WHERE pid = ?1 AND tid = ?2 \
+                "SELECT id, {LEAN_RANGE_ROW_COLUMNS} FROM ranges WHERE pid = ?1 AND tid = ?2 \
                  AND start_ns >= ?3 AND start_ns < ?4 ORDER BY start_ns, id"
             ),
             &[pid, tid, from_ns, to_ns],
@@ -137,7 +95,7 @@ impl Store {
     ) -> Result<()> {
         self.query(
             &format!(
-                "SELECT {LEAN_RANGE_COLUMNS} FROM ranges WHERE pid = ?1 AND tid = ?2 \
+                "SELECT id, {LEAN_RANGE_ROW_COLUMNS} FROM ranges WHERE pid = ?1 AND tid = ?2 \
                  AND start_ns = ?3 AND name_id = ?4 ORDER BY id"
             ),
             &[pid, tid, start_ns, name.0],
@@ -198,7 +156,7 @@ impl Store {
         mut f: impl FnMut(i64, Kernel),
     ) -> Result<()> {
         self.query(
-            &format!("SELECT {KERNEL_COLUMNS} FROM kernels WHERE correlation_id = ?1 ORDER BY id"),
+            &format!("SELECT id, {KERNEL_ROW_COLUMNS} FROM kernels WHERE correlation_id = ?1 ORDER BY id"),
             &[correlation_id],
             |s| {
                 let (id, k) = kernel(s);
@@ -236,7 +194,7 @@ impl Store {
     ) -> Result<()> {
         self.query(
             &format!(
-                "SELECT {KERNEL_COLUMNS} FROM kernels WHERE device_id = ?1 AND stream_id = ?2 \
+                "SELECT id, {KERNEL_ROW_COLUMNS} FROM kernels WHERE device_id = ?1 AND stream_id = ?2 \
                  AND start_ns >= ?3 AND start_ns < ?4 ORDER BY start_ns, id"
             ),
             &[device_id, stream_id, from_ns, to_ns],
