@@ -277,39 +277,20 @@ pub fn write_ranks(
     if ranks.is_empty() {
         return Ok(());
     }
-    let part = path;
-    let rt = runtime(part)?;
-    rt.block_on(async {
-        let mut conn = open_rw(part, false).await?;
+    runtime(path)?.block_on(async {
+        let mut conn = open_rw(path, false).await?;
         // The part was written by this build, so every migration is there; applying them is a
         // no-op that also covers a part from an older writer.
         sqlx::migrate!("./migrations").run(&mut conn).await?;
-        {
-            let mut h = conn.lock_handle().await?;
-            let db = h.as_raw_handle();
-            raw::exec(db, "BEGIN")?;
-            insert_ranks(db, ranks)?;
-            let mut st = Stmt::prepare(db, "UPDATE processes SET rank = ?1 WHERE pid = ?2")?;
-            for &(pid, rank) in process_rank {
-                st.bind_i64(1, rank)?;
-                st.bind_i64(2, pid)?;
-                st.execute()?;
-            }
-            let mut st = Stmt::prepare(
-                db,
-                "INSERT INTO devices (id, rank, ordinal) VALUES (?2, ?1, ?2) \
-                 ON CONFLICT (id) DO UPDATE SET rank = ?1, ordinal = ?2",
-            )?;
-            for &(dev, rank) in device_rank {
-                st.bind_i64(1, rank)?;
-                st.bind_i64(2, dev)?;
-                st.execute()?;
-            }
-            raw::exec(db, "COMMIT; PRAGMA journal_mode = DELETE;")?;
-        }
         conn.close().await?;
         Ok::<_, Error>(())
-    })
+    })?;
+    // A whole job's run keeps its GPUs' ids: each is its own ordinal.
+    let devices: Vec<(i64, i64, i64)> = device_rank
+        .iter()
+        .map(|&(dev, rank)| (dev, rank, dev))
+        .collect();
+    label_ranks(path, ranks, process_rank, &devices)
 }
 
 /// An id for `old` of rank `rank` that no earlier rank took: `old` itself when free, else
