@@ -231,9 +231,10 @@ enum Command {
         #[arg(long, requires = "command", value_delimiter = ',',
               default_value = model_bench::DEFAULT_MODES, value_parser = Mode::parse)]
         modes: Vec<Mode>,
-        /// With a command: the patterns to apply, comma-separated (default: every exact
-        /// replacement the patch layer knows; `gemm_gelu`, which computes exact GELU in its tanh
-        /// form, only when named).
+        /// With a command: the patch layer's patterns to apply, comma-separated. Default: the
+        /// advised ones (the baseline run once with op shapes, `advise` on it, `bench` on each
+        /// proposal's shapes; a pattern whose chains ran faster, all within tolerance, is
+        /// applied). `default` names every exact replacement the patch layer knows.
         #[arg(long, requires = "command", value_delimiter = ',')]
         apply: Vec<String>,
         /// With a command: keep the runs of both sides in this folder.

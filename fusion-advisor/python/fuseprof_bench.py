@@ -267,6 +267,46 @@ def odd_gemm(p, dt):
     return eager, ours, (a, b)
 
 
+def fused_mlp(p, dt):
+    # Both sides normalise: where the recorded chain began at fc1, its LayerNorm was the window
+    # reverse's, which the fused MLP takes over.
+    m, c, hidden = p["rows"], p["width"], p["hidden"]
+    x = rand(m, c, dtype=dt)
+    g, beta = 1 + rand(c, dtype=dt, scale=0.1), rand(c, dtype=dt, scale=0.1)
+    w1, b1 = rand(hidden, c, dtype=dt, scale=c ** -0.5), rand(hidden, dtype=dt, scale=0.1)
+    w2, b2 = rand(c, hidden, dtype=dt, scale=hidden ** -0.5), rand(c, dtype=dt, scale=0.1)
+
+    def eager(x, g, beta, w1, b1, w2, b2):
+        h = F.gelu(F.linear(F.layer_norm(x, (c,), g, beta, 1e-5), w1, b1))
+        return x + F.linear(h, w2, b2)
+
+    def ours(x, g, beta, w1, b1, w2, b2, out=None):
+        return fk.ln_mlp_residual(x, g, beta, w1, b1, w2, b2, eps=1e-5, out=out)
+
+    return eager, ours, (x, g, beta, w1, b1, w2, b2)
+
+
+def patch_embed(p, dt):
+    b, cin, h, w, c, ph, pw = (p[k] for k in ("b", "cin", "h", "w", "c", "ph", "pw"))
+    gh, gw, k = h // ph, w // pw, cin * ph * pw
+    k8 = -(-k // 8) * 8
+    x = rand(b, cin, h, w, dtype=dt)
+    weight, bias = rand(c, cin, ph, pw, dtype=dt, scale=k ** -0.5), rand(c, dtype=dt, scale=0.1)
+    w_pad = F.pad(weight.reshape(c, k), (0, k8 - k)).contiguous()  # once, at load time
+
+    def eager(x, weight, bias):
+        # The convolution and the NCHW -> NHWC tokens the module hands on.
+        return F.conv2d(x, weight, bias, stride=(ph, pw)).permute(0, 2, 3, 1).reshape(b * gh * gw, c)
+
+    def ours(x, weight, bias, out=None):
+        patches = x.reshape(b, cin, gh, ph, gw, pw).permute(0, 2, 4, 1, 3, 5).reshape(b * gh * gw, k)
+        if k8 != k:
+            patches = F.pad(patches, (0, k8 - k))
+        return fk.gemm(patches, w_pad, "nk", bias=bias, epilogue="bias", out=out)
+
+    return eager, ours, (x, weight, bias)
+
+
 BUILDERS = {
     "window_attention": window_attention,
     "full_attention": full_attention,
@@ -277,6 +317,8 @@ BUILDERS = {
     "gemm_residual": gemm_residual,
     "bias_residual": bias_residual,
     "odd_gemm": odd_gemm,
+    "fused_mlp": fused_mlp,
+    "patch_embed": patch_embed,
 }
 
 

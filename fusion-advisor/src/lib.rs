@@ -208,6 +208,8 @@ fn slug(pattern: &str) -> &str {
         "gemm_residual" => "gemm-res",
         "bias_residual" => "bias-res",
         "odd_gemm" => "pad-gemm",
+        "fused_mlp" => "mlp",
+        "patch_embed" => "patch",
         other => other,
     }
 }
@@ -223,6 +225,10 @@ fn title(pattern: &str) -> &'static str {
         "gemm_residual" => "linear + residual add -> GEMM with bias + residual epilogue",
         "bias_residual" => "bias add + residual add -> one vectorised pass",
         "odd_gemm" => "GEMM with N or K not a multiple of 8 -> padded GEMM",
+        "fused_mlp" => {
+            "LayerNorm + fc1 + GELU + fc2 + residual -> one kernel, hidden tensor on chip"
+        }
+        "patch_embed" => "patch embedding (convolution, kernel = stride) -> patchify + GEMM",
         _ => "chain",
     }
 }

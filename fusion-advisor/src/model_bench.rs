@@ -12,7 +12,7 @@ use fuseprof_analyzer::{AnalyzeConfig, Diff};
 use fuseprof_collector::collect::{self, Capture, CollectConfig, PytorchMode};
 use serde::Serialize;
 
-use crate::{Error, Result};
+use crate::{AdviseConfig, Error, Proposal, Result};
 
 const PATCH: &str = include_str!("../python/patch/fuseprof_patch.py");
 const PATCH_OPS: &str = include_str!("../python/patch/fuseprof_patch_ops.py");
@@ -84,7 +84,7 @@ pub struct ModelBenchConfig {
     pub rounds: u32,
     /// The modes to compare, in order; the first one's pass with op ranges gives the diff.
     pub modes: Vec<Mode>,
-    /// Advisor patterns to apply (None: every exact replacement the patch layer knows).
+    /// The patch layer's patterns to apply (None: the advised ones, see [`choose`]).
     pub apply: Option<Vec<String>>,
     /// Keep the runs here (None: a temporary folder, removed at the end).
     pub keep: Option<PathBuf>,
@@ -105,8 +105,10 @@ impl Side {
     fn new(rounds_ms: Vec<f64>) -> Side {
         let mut s = rounds_ms.clone();
         s.sort_by(f64::total_cmp);
+        let n = s.len();
         Side {
-            median_ms: s[s.len() / 2],
+            // An even count's median is the mean of the middle two, not the upper one.
+            median_ms: (s[(n - 1) / 2] + s[n / 2]) / 2.0,
             min_ms: s[0],
             max_ms: s[s.len() - 1],
             rounds_ms,
@@ -145,6 +147,154 @@ pub struct Summary {
     pub speedup_over_compiled: Option<f64>,
 }
 
+/// One proposal `advise` made on the baseline, as `bench` measured it on its recorded shapes.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Advised {
+    pub id: String,
+    /// The advisor's pattern (`patterns.txt`).
+    pub pattern: String,
+    /// The patch layer's pattern that applies it; None: the patch layer has none, and why.
+    pub patch_pattern: Option<String>,
+    pub unpatchable: Option<String>,
+    pub instances_per_step: f64,
+    pub expected_saving_us_per_step: f64,
+    /// `passed`, `failed` (numerics) or `error`.
+    pub status: String,
+    pub ours_us: f64,
+    pub eager_us: f64,
+    /// (eager - ours) x instances per step.
+    pub measured_saving_us_per_step: f64,
+}
+
+/// A patch-layer pattern the advice led to, applied or left out.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PatternChoice {
+    pub pattern: String,
+    pub applied: bool,
+    pub proposals: usize,
+    pub measured_saving_us_per_step: f64,
+    /// Why it was left out.
+    pub why_not: Option<String>,
+}
+
+/// How the patterns the patched side applies were chosen.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Choice {
+    /// The patterns handed to the patch layer (`FUSEPROF_PATCH_APPLY`).
+    pub apply: Vec<String>,
+    /// Named with `--apply`; else chosen from the advice on the baseline.
+    pub named: bool,
+    pub advised: Vec<Advised>,
+    pub patterns: Vec<PatternChoice>,
+}
+
+/// The patch layer's patterns (`PATTERNS` in `python/patch/fuseprof_patch.py`); `default`
+/// names its exact ones.
+pub const PATCH_PATTERNS: [&str; 9] = [
+    "window_partition",
+    "window_attention",
+    "window_reverse",
+    "full_attention",
+    "fused_mlp",
+    "gemm_residual",
+    "gemm_gelu",
+    "gemm_padded",
+    "patch_embed",
+];
+
+/// The patch layer's pattern (`python/patch/fuseprof_patch.py`) that applies an advisor
+/// pattern's proposal, or why there is none.
+fn patch_pattern(p: &Proposal) -> std::result::Result<&'static str, &'static str> {
+    match p.pattern.as_str() {
+        "window_attention" => Ok("window_attention"),
+        "full_attention" | "sdpa" => Ok("full_attention"),
+        "window_partition" => Ok("window_partition"),
+        "window_reverse" => Ok("window_reverse"),
+        "fused_mlp" => Ok("fused_mlp"),
+        // The patch layer's GEMM + GELU is cuBLASLt's tanh-form epilogue, an approximation
+        // of the exact GELU the chain computes: applied only when named.
+        "gemm_gelu" => Err("the patch layer computes this GELU in its tanh form (an \
+                            approximation): name gemm_gelu with --apply to apply it"),
+        "gemm_residual" => Ok("gemm_residual"),
+        "patch_embed" => Ok("patch_embed"),
+        "odd_gemm" if p.params.get("b_is_weight") == Some(&1) => Ok("gemm_padded"),
+        "odd_gemm" => Err("a product of two activations: the patch layer pads weights only, once"),
+        "bias_residual" => Err("the patch layer has no replacement for a lone bias + residual add"),
+        _ => Err("the patch layer has no replacement for this pattern"),
+    }
+}
+
+/// The patterns to apply, from `bench`'s measurements of `advise`'s proposals on the baseline:
+/// the patch layer applies a pattern to every module it matches, so a pattern is applied when
+/// its proposals together were measured faster than the eager chains they replace and none of
+/// them failed the numerics gate. Only exact replacements are chosen.
+pub fn choose(rows: &[crate::bench::BenchRow]) -> Choice {
+    let advised: Vec<Advised> = rows
+        .iter()
+        .map(|r| {
+            let (ours, eager) = (r.measured.ours_ns / 1e3, r.measured.baseline_ns / 1e3);
+            let pp = patch_pattern(&r.proposal);
+            Advised {
+                id: r.proposal.id.clone(),
+                pattern: r.proposal.pattern.clone(),
+                patch_pattern: pp.ok().map(str::to_string),
+                unpatchable: pp.err().map(str::to_string),
+                instances_per_step: r.proposal.instances_per_step,
+                expected_saving_us_per_step: r.proposal.saving_ns_per_step / 1e3,
+                status: r.measured.status.clone(),
+                ours_us: ours,
+                eager_us: eager,
+                measured_saving_us_per_step: (eager - ours) * r.proposal.instances_per_step,
+            }
+        })
+        .collect();
+    let mut names: Vec<&str> = advised
+        .iter()
+        .filter_map(|a| a.patch_pattern.as_deref())
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    let mut patterns = Vec::new();
+    for name in names {
+        let of: Vec<&Advised> = advised
+            .iter()
+            .filter(|a| a.patch_pattern.as_deref() == Some(name))
+            .collect();
+        let saving: f64 = of.iter().map(|a| a.measured_saving_us_per_step).sum();
+        let failed = of.iter().find(|a| a.status != "passed");
+        let why_not = if let Some(f) = failed {
+            Some(format!("{} {} in bench", f.id, f.status))
+        } else if !saving.is_finite() || saving <= 0.0 {
+            Some(format!(
+                "measured slower than the eager chains ({saving:+.1} us per step)"
+            ))
+        } else {
+            None
+        };
+        patterns.push(PatternChoice {
+            pattern: name.to_string(),
+            applied: why_not.is_none(),
+            proposals: of.len(),
+            measured_saving_us_per_step: saving,
+            why_not,
+        });
+    }
+    patterns.sort_by(|a, b| {
+        b.measured_saving_us_per_step
+            .total_cmp(&a.measured_saving_us_per_step)
+    });
+    Choice {
+        apply: patterns
+            .iter()
+            .filter(|p| p.applied)
+            .map(|p| p.pattern.clone())
+            .collect(),
+        named: false,
+        advised,
+        patterns,
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ModelBenchReport {
     pub command: String,
@@ -152,6 +302,8 @@ pub struct ModelBenchReport {
     pub timing: Timing,
     pub modes: Vec<ModeResult>,
     pub summary: Summary,
+    /// What the patched side applied, and how it was chosen.
+    pub choice: Choice,
     /// The first mode's last pass of each side, with op ranges: what disappeared, what
     /// appeared.
     pub diff: Diff,
@@ -235,6 +387,126 @@ fn read_json(path: &Path) -> serde_json::Value {
         .unwrap_or(serde_json::Value::Null)
 }
 
+/// Runs the user's command under `collect`, into the bench's folder.
+struct Traced<'a> {
+    cfg: &'a ModelBenchConfig,
+    dir: &'a Path,
+    patch_dir: &'a Path,
+    command_text: &'a str,
+}
+
+impl Traced<'_> {
+    /// `name`.sqlite, traced as `pytorch` and `capture` say, with `env` added; `what` names the
+    /// run in errors.
+    fn run(
+        &self,
+        name: &str,
+        env: Vec<(OsString, OsString)>,
+        pytorch: PytorchMode,
+        capture: Capture,
+        what: &str,
+    ) -> Result<PathBuf> {
+        let output = self.dir.join(format!("{name}.sqlite"));
+        let collect_cfg = CollectConfig {
+            output: output.clone(),
+            overwrite: true,
+            pytorch,
+            capture,
+            command: self.cfg.command.clone(),
+            tracer_path: None,
+            all_api: false,
+            python_path: vec![self.patch_dir.to_path_buf()],
+            env,
+            progress: None,
+        };
+        let outcome =
+            collect::run(&collect_cfg).map_err(|e| Error::Bench(format!("{what}: {e}")))?;
+        if outcome.exit_code != 0 {
+            return Err(Error::Bench(format!(
+                "the {what} of `{}` exited with code {}",
+                self.command_text, outcome.exit_code
+            )));
+        }
+        Ok(output)
+    }
+}
+
+/// The python that runs `bench`'s driver: the command's own when it is a python, so that the
+/// chains are measured with the torch the model runs on; else bench's default.
+fn command_python(command: &[OsString]) -> Option<PathBuf> {
+    let first = Path::new(command.first()?);
+    first
+        .file_name()?
+        .to_str()?
+        .starts_with("python")
+        .then(|| first.to_path_buf())
+}
+
+/// The advised patterns: the baseline run once in eager mode with op shapes, `advise` on it
+/// (every proposal that saves anything), `bench` on each proposal's recorded shapes, then
+/// [`choose`].
+fn advised_choice(
+    traced: &Traced,
+    lib: &Path,
+    progress: &crate::progress::Progress,
+) -> Result<(Choice, PathBuf)> {
+    progress.set_message("advise: the baseline with op shapes".into());
+    let run = traced.run(
+        "advise-baseline",
+        vec![("FUSEPROF_KERNELS_LIB".into(), lib.as_os_str().into())],
+        PytorchMode::Shapes,
+        Capture::All,
+        "baseline run for advise",
+    )?;
+    progress.inc(1);
+    progress.set_message("bench: the advised proposals on their recorded shapes".into());
+    let bench_cfg = crate::bench::BenchConfig {
+        python: command_python(&traced.cfg.command),
+        kernels_lib: Some(lib.to_path_buf()),
+        compile: false,
+        advise: AdviseConfig {
+            min_saving_pct: 0.0,
+            ..AdviseConfig::default()
+        },
+        ..crate::bench::BenchConfig::default()
+    };
+    let report = match crate::bench::bench(&run, &bench_cfg) {
+        Ok(r) => r,
+        Err(Error::NothingToBench { .. }) => {
+            return Err(Error::Bench(format!(
+                "advise made no proposal on the baseline run of `{}`: nothing to apply (name \
+                 the patch layer's patterns with --apply to apply them anyway)",
+                traced.command_text
+            )))
+        }
+        Err(e) => {
+            return Err(Error::Bench(format!(
+                "measuring the advised proposals: {e}"
+            )))
+        }
+    };
+    progress.inc(1);
+    let choice = choose(&report.rows);
+    if choice.apply.is_empty() {
+        let why = choice
+            .patterns
+            .iter()
+            .map(|p| format!("{}: {}", p.pattern, p.why_not.as_deref().unwrap_or("")))
+            .collect::<Vec<_>>()
+            .join("; ");
+        return Err(Error::Bench(format!(
+            "none of the {} advised proposals can be applied faster: {}",
+            choice.advised.len(),
+            if why.is_empty() {
+                "the patch layer has no replacement for them".to_string()
+            } else {
+                why
+            }
+        )));
+    }
+    Ok((choice, run))
+}
+
 /// Runs the baseline and patched sides, interleaved, in every mode, and compares them.
 pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
     if cfg.command.is_empty() {
@@ -242,6 +514,17 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
     }
     if cfg.modes.is_empty() {
         return Err(Error::Bench("no mode to compare in (--modes)".into()));
+    }
+    if let Some(unknown) = cfg
+        .apply
+        .iter()
+        .flatten()
+        .find(|p| p.as_str() != "default" && !PATCH_PATTERNS.contains(&p.as_str()))
+    {
+        return Err(Error::Bench(format!(
+            "--apply: unknown pattern `{unknown}`; the patch layer knows default, {}",
+            PATCH_PATTERNS.join(", ")
+        )));
     }
     let lib = crate::bench::find_kernels_lib(cfg.kernels_lib.as_deref())?;
     let dir = match &cfg.keep {
@@ -271,10 +554,31 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
         .collect::<Vec<_>>()
         .join(" ");
     let progress = crate::progress::Progress::new(
-        cfg.modes.len() as u64 * u64::from(cfg.rounds.max(1)) * 2 + 2,
+        cfg.modes.len() as u64 * u64::from(cfg.rounds.max(1)) * 2
+            + 2
+            + if cfg.apply.is_none() { 2 } else { 0 },
         "runs",
     );
+    let traced = Traced {
+        cfg,
+        dir: &dir,
+        patch_dir: &patch_dir,
+        command_text: &command_text,
+    };
     let mut runs = Vec::new();
+    let choice = match &cfg.apply {
+        Some(named) => Choice {
+            apply: named.clone(),
+            named: true,
+            advised: Vec::new(),
+            patterns: Vec::new(),
+        },
+        None => {
+            let (choice, run) = advised_choice(&traced, &lib, &progress)?;
+            runs.push(run);
+            choice
+        }
+    };
     let mut timing = Timing::StepRanges;
     let rounds = cfg.rounds.max(1);
     let mut results = Vec::new();
@@ -296,9 +600,7 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
         let mut patched_env = common.clone();
         patched_env.push(("FUSEPROF_PATCH".into(), "1".into()));
         patched_env.push(("FUSEPROF_PATCH_REPORT".into(), report_path.clone().into()));
-        if let Some(apply) = &cfg.apply {
-            patched_env.push(("FUSEPROF_PATCH_APPLY".into(), apply.join(",").into()));
-        }
+        patched_env.push(("FUSEPROF_PATCH_APPLY".into(), choice.apply.join(",").into()));
         // Timed rounds record NVTX only: CUPTI's per-launch cost would otherwise inflate an
         // eager program's steps (a Swin-T step took half again as long fully traced).
         let side = |name: &str,
@@ -307,7 +609,6 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
                     light: bool,
                     capture: Capture|
          -> Result<PathBuf> {
-            let output = dir.join(format!("m{index}-{name}.sqlite"));
             let mut env = if patched {
                 patched_env.clone()
             } else {
@@ -316,28 +617,13 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
             if light {
                 env.push(("FUSEPROF_CUPTI_KINDS".into(), "none".into()));
             }
-            let collect_cfg = CollectConfig {
-                output: output.clone(),
-                overwrite: true,
+            traced.run(
+                &format!("m{index}-{name}"),
+                env,
                 pytorch,
                 capture,
-                command: cfg.command.clone(),
-                tracer_path: None,
-                all_api: false,
-                python_path: vec![patch_dir.clone()],
-                env,
-                progress: None,
-            };
-            let outcome = collect::run(&collect_cfg)
-                .map_err(|e| Error::Bench(format!("{name} side ({}): {e}", mode.label())))?;
-            if outcome.exit_code != 0 {
-                return Err(Error::Bench(format!(
-                    "the {name} side of `{command_text}` ({}) exited with code {}",
-                    mode.label(),
-                    outcome.exit_code
-                )));
-            }
-            Ok(output)
+                &format!("{name} side ({})", mode.label()),
+            )
         };
         let mut base_ms = Vec::new();
         let mut patched_ms = Vec::new();
@@ -424,6 +710,7 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
         command: command_text,
         timing,
         summary: summarize(&results),
+        choice,
         numerics_passed: failed.is_none(),
         numerics_problem: failed.map(|r| {
             format!(
@@ -516,6 +803,41 @@ pub fn verdict(patch: &serde_json::Value) -> (bool, Option<String>) {
                     .into(),
             ),
         ),
+    }
+}
+
+fn render_choice(o: &mut String, c: &Choice) {
+    use std::fmt::Write;
+    if c.named {
+        let _ = writeln!(o, "applied (named with --apply): {}", c.apply.join(", "));
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "applied: advise's {} proposals on the baseline, measured by bench on their recorded \
+         shapes; a pattern goes in when its chains ran faster in total, every one within tolerance",
+        c.advised.len()
+    );
+    for p in &c.patterns {
+        let _ = writeln!(
+            o,
+            "  {:<18} {:>2} proposal(s), measured {:>+9.1} us per step  {}",
+            p.pattern,
+            p.proposals,
+            -p.measured_saving_us_per_step,
+            match &p.why_not {
+                None => "applied".to_string(),
+                Some(why) => format!("left out: {why}"),
+            }
+        );
+    }
+    for a in c.advised.iter().filter(|a| a.patch_pattern.is_none()) {
+        let _ = writeln!(
+            o,
+            "  {:<18} not applied: {}",
+            a.id,
+            a.unpatchable.as_deref().unwrap_or("")
+        );
     }
 }
 
@@ -617,9 +939,10 @@ pub fn render(r: &ModelBenchReport, top: usize) -> String {
             }
         );
     }
+    render_choice(&mut o, &r.choice);
     if let Some(patterns) = r.patch["patched"].as_object() {
         let list = patterns.keys().cloned().collect::<Vec<_>>().join(", ");
-        let _ = writeln!(o, "applied: {list}");
+        let _ = writeln!(o, "patched: {list}");
     }
     if let Some(ops) = r.patch["ops"].as_str() {
         let note = r.patch["ops_note"]
@@ -680,6 +1003,21 @@ mod tests {
         let unchecked = json!({"modules": {"M/b": {"rel_error": 3e-4, "passed": true}}});
         assert!(!verdict(&unchecked).0);
         assert!(!verdict(&serde_json::Value::Null).0);
+    }
+
+    #[test]
+    fn the_patch_patterns_are_the_patch_layers() {
+        let list = PATCH
+            .split_once("\nPATTERNS = (")
+            .and_then(|(_, rest)| rest.split_once(')'))
+            .unwrap()
+            .0;
+        let python: Vec<&str> = list
+            .split(',')
+            .map(|p| p.trim().trim_matches('"'))
+            .filter(|p| !p.is_empty())
+            .collect();
+        assert_eq!(python, PATCH_PATTERNS);
     }
 
     #[test]
@@ -750,5 +1088,8 @@ mod tests {
     fn a_side_reports_the_median_and_spread_of_its_rounds() {
         let s = Side::new(vec![10.2, 10.0, 10.4]);
         assert_eq!((s.median_ms, s.min_ms, s.max_ms), (10.2, 10.0, 10.4));
+        let two = Side::new(vec![3.3, 3.1]);
+        assert!((two.median_ms - 3.2).abs() < 1e-12, "{two:?}");
+        assert_eq!(Side::new(vec![5.0]).median_ms, 5.0);
     }
 }

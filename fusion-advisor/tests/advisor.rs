@@ -193,6 +193,7 @@ fn swin_t_proposals_cover_half_the_step_and_count_each_op_once() {
 // ---- hand-made runs --------------------------------------------------------------------------
 
 /// One op of a hand-made run: its name, input dims, dtypes, and its kernel's duration (0: none).
+#[derive(Clone, Copy)]
 struct Op(&'static str, &'static str, &'static str, i64);
 
 /// A kernel on device 0, stream 7, launched by process 1 under `corr`.
@@ -435,6 +436,118 @@ fn epilogues_bias_residual_and_odd_gemms_are_matched() {
     assert!(ids.contains(&"bias-res-200704x96"), "{}", summary(&a));
 }
 
+/// Swin's MLP at width `c` (hidden 4c) over 200,704 tokens: fc1, GELU, fc2, residual.
+fn mlp_chain(c: i64, gemm_ns: i64) -> Vec<Op> {
+    let h = 4 * c;
+    let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+    vec![
+        Op(
+            "aten::linear",
+            leak(format!("[[64, 3136, {c}], [{h}, {c}], [{h}]]")),
+            H,
+            gemm_ns,
+        ),
+        Op(
+            "aten::gelu",
+            leak(format!("[[64, 3136, {h}], []]")),
+            H,
+            150_000,
+        ),
+        Op(
+            "aten::linear",
+            leak(format!("[[64, 3136, {h}], [{c}, {h}], [{c}]]")),
+            H,
+            gemm_ns,
+        ),
+        Op(
+            "aten::add",
+            leak(format!("[[64, 3136, {c}], [64, 3136, {c}], []]")),
+            H,
+            60_000,
+        ),
+    ]
+}
+
+#[test]
+fn an_mlp_at_a_width_the_fused_kernel_has_is_one_proposal_and_others_keep_their_gemms() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = advise(&handmade(
+        dir.path(),
+        "mlp96",
+        &mlp_chain(96, 120_000),
+        true,
+    ))
+    .unwrap();
+    let ids: Vec<&str> = a.proposals.iter().map(|p| p.id.as_str()).collect();
+    assert_eq!(ids, ["mlp-200704x96-hidden384"], "{}", summary(&a));
+    assert_eq!(a.proposals[0].pattern, "fused_mlp");
+    assert_eq!(a.proposals[0].ops.len(), 4);
+    // Width 384 has no fused build: the chain stays free for the epilogue patterns.
+    let a = advise(&handmade(
+        dir.path(),
+        "mlp384",
+        &mlp_chain(384, 120_000),
+        true,
+    ))
+    .unwrap();
+    assert!(
+        a.proposals.iter().all(|p| p.pattern != "fused_mlp")
+            && a.not_proposed.iter().all(|p| p.pattern != "fused_mlp"),
+        "{}",
+        summary(&a)
+    );
+    let residual = a.proposals.iter().map(|p| &p.pattern);
+    let residual_too = a.not_proposed.iter().map(|p| &p.pattern);
+    assert!(
+        residual.chain(residual_too).any(|p| p == "gemm_residual"),
+        "{}",
+        summary(&a)
+    );
+}
+
+#[test]
+fn a_convolution_is_a_patch_embedding_only_when_the_next_op_shows_its_stride() {
+    let dir = tempfile::tempdir().unwrap();
+    let conv = Op(
+        "aten::conv2d",
+        "[[64, 3, 224, 224], [96, 3, 4, 4], [96], [], [], [], []]",
+        H,
+        450_000,
+    );
+    // Stride 4: the norm after it sees 64 x 56 x 56 tokens of 96 channels.
+    let ln = |d: &'static str| Op("aten::layer_norm", d, H, 40_000);
+    let a = advise(&handmade(
+        dir.path(),
+        "patch",
+        &[conv, ln("[[64, 56, 56, 96], [], [96], [96], [], []]")],
+        true,
+    ))
+    .unwrap();
+    let ids: Vec<&str> = a.proposals.iter().map(|p| p.id.as_str()).collect();
+    assert_eq!(ids, ["patch-64x3x224x224-patch4x4-to96"], "{}", summary(&a));
+    assert_eq!(a.proposals[0].ops.len(), 2);
+    // Stride 1 (same padding): 224 x 224 positions, not a patch embedding.
+    let a = advise(&handmade(
+        dir.path(),
+        "conv",
+        &[conv, ln("[[64, 224, 224, 96], [], [96], [96], [], []]")],
+        true,
+    ))
+    .unwrap();
+    assert!(
+        a.proposals.iter().all(|p| p.pattern != "patch_embed"),
+        "{}",
+        summary(&a)
+    );
+    // Nothing after it to tell the stride: not proposed either.
+    let a = advise(&handmade(dir.path(), "alone", &[conv], true)).unwrap();
+    assert!(
+        a.proposals.iter().all(|p| p.pattern != "patch_embed"),
+        "{}",
+        summary(&a)
+    );
+}
+
 // ---- bench without a GPU ---------------------------------------------------------------------
 
 fn copy_of(rel: &str, dir: &Path) -> PathBuf {
@@ -579,4 +692,128 @@ EOF"#,
         text.contains("FAILED") && text.contains("measured by bench"),
         "{text}"
     );
+}
+
+// ---- the patterns `fuseprof bench -- CMD` applies by default -------------------------------
+
+/// `bench`'s result for a proposal: `ours` and `eager` µs per call, and its status.
+fn measured(
+    p: &fuseprof_fusion_advisor::Proposal,
+    ours: f64,
+    eager: f64,
+    status: &str,
+) -> bench::BenchRow {
+    bench::BenchRow {
+        proposal: p.clone(),
+        measured: bench::Measured {
+            proposal_id: p.id.clone(),
+            pattern: p.pattern.clone(),
+            shape: p.shape.clone(),
+            status: status.into(),
+            ours_ns: ours * 1e3,
+            baseline_ns: eager * 1e3,
+            compiled_ns: None,
+            expected_ns: Some(p.estimate.ns),
+            max_rel_error: Some(3e-4),
+            tolerance: Some(1e-2),
+            device: None,
+            driver: None,
+            torch_version: None,
+            measured_unix_ns: 0,
+            detail: None,
+        },
+        measured_saving_ns_per_step: (eager - ours) * 1e3 * p.instances_per_step,
+        saving_error_pct: 0.0,
+    }
+}
+
+#[test]
+fn the_default_applies_each_pattern_whose_proposals_measured_faster_and_within_tolerance() {
+    use fuseprof_fusion_advisor::model_bench::choose;
+    let cfg = AdviseConfig {
+        min_saving_pct: 0.0,
+        ..AdviseConfig::default()
+    };
+    let a = advise_file(
+        &store_for("recordings/swin_t_infer_modules.sqlite.gz"),
+        &cfg,
+    )
+    .unwrap();
+    // Every chain faster: every pattern advise proposed on Swin-T goes to the patch layer.
+    let rows: Vec<_> = a
+        .proposals
+        .iter()
+        .map(|p| measured(p, 10.0, 50.0, "passed"))
+        .collect();
+    let c = choose(&rows);
+    assert!(!c.named);
+    assert_eq!(
+        c.apply
+            .iter()
+            .map(String::as_str)
+            .collect::<std::collections::BTreeSet<_>>(),
+        [
+            "fused_mlp",
+            "gemm_residual",
+            "patch_embed",
+            "window_attention",
+            "window_partition",
+            "window_reverse"
+        ]
+        .into_iter()
+        .collect(),
+        "{c:#?}"
+    );
+    // One attention shape over tolerance keeps the pattern out (the patch layer would apply it
+    // to that shape too); GEMM epilogues slower in total stay out, with the measured loss.
+    let rows: Vec<_> = a
+        .proposals
+        .iter()
+        .map(|p| match p.pattern.as_str() {
+            "window_attention" if p.id == "wattn-256x12x49x32" => measured(p, 10.0, 50.0, "failed"),
+            "gemm_residual" => measured(p, 60.0, 50.0, "passed"),
+            _ => measured(p, 10.0, 50.0, "passed"),
+        })
+        .collect();
+    let c = choose(&rows);
+    for (pattern, why) in [
+        ("window_attention", "wattn-256x12x49x32 failed"),
+        ("gemm_residual", "measured slower"),
+    ] {
+        assert!(!c.apply.iter().any(|p| p == pattern), "{c:#?}");
+        let p = c.patterns.iter().find(|p| p.pattern == pattern).unwrap();
+        assert!(p.why_not.as_deref().unwrap().contains(why), "{p:?}");
+    }
+    assert!(c.apply.iter().any(|p| p == "fused_mlp"));
+    // Proposals the patch layer has nothing for are listed, not applied.
+    let dir = tempfile::tempdir().unwrap();
+    let ops = [
+        Op("aten::linear", "[[200704, 96], [49, 96]]", H, 52_000),
+        Op("aten::softmax", "[[4096, 49], [], []]", H, 0),
+        Op("aten::add", "[[200704, 96], [96], []]", H, 60_000),
+        Op("aten::add", "[[200704, 96], [200704, 96], []]", H, 60_000),
+        Op(
+            "aten::linear",
+            "[[8192, 768], [3072, 768], [3072]]",
+            H,
+            60_000,
+        ),
+        Op("aten::gelu", "[[8192, 3072], []]", H, 200_000),
+    ];
+    let a = advise(&handmade(dir.path(), "odd", &ops, true)).unwrap();
+    let c = choose(
+        &a.proposals
+            .iter()
+            .map(|p| measured(p, 10.0, 50.0, "passed"))
+            .collect::<Vec<_>>(),
+    );
+    assert_eq!(c.apply, ["gemm_padded"], "{c:#?}");
+    // Nor is an approximation: the patch layer's GEMM + GELU epilogue is the tanh form.
+    for pattern in ["bias_residual", "gemm_gelu"] {
+        let x = c.advised.iter().find(|x| x.pattern == pattern).unwrap();
+        assert!(
+            x.patch_pattern.is_none() && x.unpatchable.is_some(),
+            "{x:?}"
+        );
+    }
 }

@@ -4,11 +4,12 @@
 use super::{needs_16bit, rows, Ctx, Replacement, Verdict};
 use crate::estimate::Kernel;
 
-const GELU_ASSUMED: &str = "GELU's `approximate` argument is not recorded: taken as 'none' \
+pub(super) const GELU_ASSUMED: &str =
+    "GELU's `approximate` argument is not recorded: taken as 'none' \
                             (exact erf, nn.GELU's default); a tanh GELU is not replaced";
 
 /// (M, N, K) of a linear `[..., K] x [N, K]^T`, with its bias present or not.
-fn linear_mnk(ctx: &Ctx, step: usize) -> Option<(i64, i64, i64, bool)> {
+pub(super) fn linear_mnk(ctx: &Ctx, step: usize) -> Option<(i64, i64, i64, bool)> {
     let x = ctx.dims(step, 0)?;
     let w = ctx.dims(step, 1)?;
     let (&k, &[n, k2]) = (x.last()?, w) else {

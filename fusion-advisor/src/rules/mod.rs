@@ -3,6 +3,7 @@
 //! pattern id of `patterns.txt`.
 
 mod attention;
+mod block;
 mod gemm;
 mod window;
 
@@ -91,6 +92,8 @@ pub(crate) fn judge(pattern: &str, ctx: &Ctx) -> Verdict {
         "gemm_residual" => gemm::residual(ctx),
         "bias_residual" => gemm::bias_residual(ctx),
         "odd_gemm" => gemm::odd(ctx),
+        "fused_mlp" => block::mlp(ctx),
+        "patch_embed" => block::patch_embed(ctx),
         _ => Verdict::NoMatch,
     }
 }
