@@ -1296,3 +1296,32 @@ fn a_step_analysed_alone_equals_the_step_scoped_analysis() {
     eprintln!("{scoped_steps} steps analysed alone; needing the whole run: {whole_run:?}");
     assert!(scoped_steps >= 10, "{scoped_steps} steps analysed alone");
 }
+
+/// Two-GPU data-parallel jobs recorded by `fuseprof collect` (fixtures/ranks/): under torchrun,
+/// where each process picks its GPU by LOCAL_RANK, and with each process seeing only its own
+/// GPU, as device 0 (CUDA_VISIBLE_DEVICES). Rank 1 sleeps about 10 ms of GPU time before every
+/// third step (0, 3, 6, 9), so rank 0 waits for it in those steps' all-reduces.
+#[test]
+fn collected_two_gpu_jobs_have_a_rank_per_gpu_and_show_their_straggler() {
+    for rel in [
+        "ranks/ddp2_torchrun.sqlite.gz",
+        "ranks/ddp2_own_gpu.sqlite.gz",
+    ] {
+        let a = run(rel, &AnalyzeConfig::default());
+        let r = a
+            .ranks
+            .as_ref()
+            .unwrap_or_else(|| panic!("{rel}: no ranks"));
+        let devices: Vec<&[i64]> = r.ranks.iter().map(|k| k.devices.as_slice()).collect();
+        assert_eq!(devices, [[0], [1]], "{rel}");
+        assert!(r.ranks.iter().all(|k| k.steps == 12), "{rel}");
+        // Rank 0 is the reference; rank 1's collectives end with their partners on it.
+        assert!(
+            r.ranks[1].matched_collectives.unwrap_or(0) >= 70,
+            "{rel}: {:?}",
+            r.ranks[1]
+        );
+        let stragglers: Vec<Option<i64>> = [3, 6, 9].map(|s| r.steps[s].straggler_rank).to_vec();
+        assert_eq!(stragglers, [Some(1); 3], "{rel}");
+    }
+}

@@ -270,8 +270,28 @@ impl Writer {
         }
     }
 
+    /// Describes device `d.id`. Several records of one device (one per process that used it)
+    /// are merged: a field one of them leaves unknown keeps what another said.
     pub fn device(&mut self, d: Device) {
-        self.devices.insert(d.id, d);
+        match self.devices.entry(d.id) {
+            std::collections::btree_map::Entry::Vacant(e) => {
+                e.insert(d);
+            }
+            std::collections::btree_map::Entry::Occupied(mut e) => {
+                let old = e.get_mut();
+                old.name = d.name.or(old.name.take());
+                old.compute_major = d.compute_major.or(old.compute_major);
+                old.compute_minor = d.compute_minor.or(old.compute_minor);
+                old.sm_count = d.sm_count.or(old.sm_count);
+                old.memory_bytes = d.memory_bytes.or(old.memory_bytes);
+                old.clock_khz = d.clock_khz.or(old.clock_khz);
+                if d.mem_bandwidth_bytes_per_s.is_some() || d.peak_flops_fp16.is_some() {
+                    old.mem_bandwidth_bytes_per_s = d.mem_bandwidth_bytes_per_s;
+                    old.peak_flops_fp16 = d.peak_flops_fp16;
+                    old.peak_source = d.peak_source;
+                }
+            }
+        }
     }
 
     /// A run-level fact with no column of its own (e.g. `cupti_dropped_records`), kept in

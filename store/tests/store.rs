@@ -523,3 +523,37 @@ fn merged_ranks_keep_every_row_and_pass_sqlites_integrity_check() {
     left.sort();
     assert_eq!(left, ["job.sqlite", "rank0.sqlite", "rank1.sqlite"]);
 }
+
+#[test]
+fn records_of_one_device_merge_and_an_unknown_field_keeps_what_another_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run.sqlite");
+    let mut w = Writer::create(&path, CreateOptions::default()).unwrap();
+    let full = Device {
+        id: 1,
+        name: Some("NVIDIA H200".into()),
+        sm_count: Some(132),
+        clock_khz: Some(1_980_000),
+        mem_bandwidth_bytes_per_s: Some(4.8e12),
+        peak_source: Some("nominal".into()),
+        ..Device::default()
+    };
+    w.device(full.clone());
+    // Another process's record of the same GPU, without clock or bandwidth.
+    w.device(Device {
+        id: 1,
+        name: Some("NVIDIA H200".into()),
+        sm_count: Some(132),
+        ..Device::default()
+    });
+    w.device(Device {
+        id: 0,
+        sm_count: Some(132),
+        ..Device::default()
+    });
+    w.finish(RunInfo::default()).unwrap();
+    let devices = Store::open(&path).unwrap().devices().unwrap();
+    assert_eq!(devices.len(), 2);
+    assert_eq!(devices[1], full);
+    assert_eq!(devices[0].sm_count, Some(132));
+}

@@ -567,7 +567,7 @@ fn ingest_one(
                         compute_minor: Some(minor as i64),
                         sm_count: Some(sms as i64),
                         memory_bytes: Some(mem as i64),
-                        clock_khz: Some(clock_khz as i64),
+                        clock_khz: (clock_khz > 0).then_some(clock_khz as i64),
                         // CUPTI reports the nominal bandwidth in KB/s.
                         mem_bandwidth_bytes_per_s: (bw_kib > 0).then_some(bw_kib as f64 * 1000.0),
                         peak_flops_fp16: None,
