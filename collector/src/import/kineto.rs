@@ -1,9 +1,10 @@
 //! PyTorch profiler (Kineto) Chrome-trace JSON, plain or gzip-compressed.
 //!
-//! The whole (decompressed) file is read into memory once and parsed in place by a scanner
-//! made for Kineto's event shape (`scan.rs`, with serde_json for anything else): strings are
-//! borrowed from that buffer where they carry no escapes, and each element of `traceEvents` is
-//! handed to the writer as soon as it is parsed, so no event list is ever built.
+//! The whole file is mapped into memory (or read, and inflated when compressed) once and
+//! parsed in place by a scanner made for Kineto's event shape (`scan.rs`, with serde_json for
+//! anything else): strings are borrowed from those bytes where they carry no escapes, and each
+//! element of `traceEvents` is handed to the writer as soon as it is parsed, so no event list
+//! is ever built.
 
 mod scan;
 
@@ -28,8 +29,81 @@ use scan::ScanError;
 /// Events between two updates of the progress counters.
 const PROGRESS_EVERY: u64 = 4096;
 
-/// Reads the file, inflating it when it is gzip-compressed.
-pub fn read_source(path: &Path, progress: Option<&Progress>) -> Result<Vec<u8>> {
+/// A trace's bytes: the file mapped into memory, or read (and inflated) into a buffer.
+pub enum Source {
+    Mapped(Mapped),
+    Read(Vec<u8>),
+}
+
+impl std::ops::Deref for Source {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Source::Mapped(m) => m,
+            Source::Read(v) => v,
+        }
+    }
+}
+
+/// A file mapped read-only into memory, whole.
+///
+/// Mapping spares reading the file into a buffer of its own: no copy out of the page cache,
+/// no fresh pages to zero and fault in for the copy. As with any mapped file, a process that
+/// truncates the file meanwhile makes reads past its new end fault (SIGBUS).
+pub struct Mapped {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+}
+
+impl Mapped {
+    /// `file`'s first `len` bytes (its size), or `None` when it cannot be mapped (a pipe, an
+    /// empty file): the caller then reads it.
+    fn new(file: &std::fs::File, len: u64) -> Option<Mapped> {
+        use std::os::fd::AsRawFd;
+        let len = usize::try_from(len).ok().filter(|&n| n > 0)?;
+        // SAFETY: a fresh private read-only mapping of an open file descriptor; the kernel
+        // checks the arguments, and the mapping stays valid until `munmap` in `drop`.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        Some(Mapped {
+            ptr: std::ptr::NonNull::new(p.cast())?,
+            len,
+        })
+    }
+}
+
+impl std::ops::Deref for Mapped {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `ptr` points to `len` mapped, readable bytes that live as long as `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        // SAFETY: the mapping `new` made, unmapped once; no slice of it outlives `self`.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+// SAFETY: the mapping is read-only memory owned by the value, like a `Box<[u8]>`.
+unsafe impl Send for Mapped {}
+unsafe impl Sync for Mapped {}
+
+/// The file's bytes, mapped when it can be, inflated when it is gzip-compressed.
+pub fn read_source(path: &Path, progress: Option<&Progress>) -> Result<Source> {
     let io = |source| ImportError::Io {
         path: path.into(),
         error: source,
@@ -39,18 +113,30 @@ pub fn read_source(path: &Path, progress: Option<&Progress>) -> Result<Vec<u8>> 
     if let Some(p) = progress {
         p.phase("reading", size);
     }
-    let mut raw = Vec::with_capacity(size as usize);
-    // In chunks through `File`'s own reads, which fill the vector's spare capacity as it is (a
-    // wrapping reader would have read_to_end zero every chunk first); progress per chunk.
-    loop {
-        let n = (&file).take(16 << 20).read_to_end(&mut raw).map_err(io)?;
-        if n == 0 {
-            break;
+    let raw = match Mapped::new(&file, size) {
+        Some(m) => {
+            if let Some(p) = progress {
+                p.add_bytes_done(size);
+            }
+            Source::Mapped(m)
         }
-        if let Some(p) = progress {
-            p.add_bytes_done(n as u64);
+        None => {
+            let mut raw = Vec::with_capacity(size as usize);
+            // In chunks through `File`'s own reads, which fill the vector's spare capacity as it
+            // is (a wrapping reader would have read_to_end zero every chunk first); progress per
+            // chunk.
+            loop {
+                let n = (&file).take(16 << 20).read_to_end(&mut raw).map_err(io)?;
+                if n == 0 {
+                    break;
+                }
+                if let Some(p) = progress {
+                    p.add_bytes_done(n as u64);
+                }
+            }
+            Source::Read(raw)
         }
-    }
+    };
     if raw.starts_with(&[0x1f, 0x8b]) {
         if let Some(p) = progress {
             p.phase("inflating", raw.len() as u64);
@@ -62,7 +148,7 @@ pub fn read_source(path: &Path, progress: Option<&Progress>) -> Result<Vec<u8>> 
         })
         .read_to_end(&mut out)
         .map_err(|e| ImportError::format(path, format!("corrupt gzip data: {e}")))?;
-        Ok(out)
+        Ok(Source::Read(out))
     } else if path.extension().is_some_and(|e| e == "gz") {
         Err(ImportError::format(
             path,
