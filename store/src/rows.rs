@@ -49,8 +49,7 @@ impl<'h> RawRows<'h> {
 
     /// An INTEGER value; `None` for NULL and any other storage class.
     pub fn int(&self, i: usize) -> Option<i64> {
-        let i = i as c_int;
-        (self.st.col_type(i) == ffi::SQLITE_INTEGER).then(|| self.st.col_i64(i))
+        self.st.col_int(i as c_int)
     }
 
     /// A REAL value; `None` for NULL and any other storage class.

@@ -620,8 +620,8 @@ pub(crate) fn import(
                 }
             };
             let (pid, tid) = split_global_tid(get_i64(r, 3).unwrap_or(0));
-            let name = match get_text(r, 8) {
-                Some(t) => w.intern(&t),
+            let name = match r.text(8) {
+                Some(t) => w.intern(t),
                 None => names
                     .get(&mut w, get_i64(r, 9))
                     .unwrap_or_else(|| w.intern("")),
