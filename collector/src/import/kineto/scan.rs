@@ -32,6 +32,26 @@ type Scan<T> = Result<T, ScanError>;
 /// own limit, and its own error for it).
 const MAX_DEPTH: u32 = 64;
 
+/// Words of eight bytes [`Scanner::str_end`] tests itself before it hands a longer string to
+/// memchr.
+const SHORT_WORDS: usize = 4;
+
+/// Flags (high bit of its byte) the first byte of `word` (little-endian) that ends a plain
+/// string or leaves it to serde_json: a quote, a backslash or a control character. Bytes after
+/// the first flagged one may be flagged wrongly (a borrow carries into them), so only the
+/// lowest flag counts.
+#[inline]
+fn string_stops(word: u64) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let zero_byte = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
+    let quote = zero_byte(word ^ (ONES * b'"' as u64));
+    let backslash = zero_byte(word ^ (ONES * b'\\' as u64));
+    // A byte below 0x20 borrows when 0x20 is taken from it.
+    let control = word.wrapping_sub(ONES * 0x20) & !word & HIGH;
+    quote | backslash | control
+}
+
 /// Event keys, as bits, to find a duplicate (serde's derived structs refuse them).
 const PH: u32 = 1;
 const CAT: u32 = 1 << 1;
@@ -207,14 +227,28 @@ impl<'a> Scanner<'a> {
     /// and no control character.
     #[inline]
     fn str_end(&self, i: usize) -> Option<usize> {
-        let rest = self.b.get(i..)?;
+        // Most strings (keys, phases, categories, ids) are a few bytes long: eight bytes at a
+        // time for the first ones, where memchr would spend more setting up than searching.
+        let mut j = i;
+        for _ in 0..SHORT_WORDS {
+            let Some(word) = self.b.get(j..j + 8) else {
+                break;
+            };
+            let m = string_stops(u64::from_le_bytes(word.try_into().ok()?));
+            if m != 0 {
+                let k = j + (m.trailing_zeros() / 8) as usize;
+                return (self.b[k] == b'"').then_some(k);
+            }
+            j += 8;
+        }
+        let rest = self.b.get(j..)?;
         let k = memchr::memchr2(b'"', b'\\', rest)?;
         let s = &rest[..k];
         // Branch-free over the whole string, so that it vectorises.
         if rest[k] != b'"' || s.iter().fold(false, |bad, &c| bad | (c < 0x20)) {
             return None;
         }
-        Some(i + k)
+        Some(j + k)
     }
 
     /// A string value (contents, byte after it) or `null`.
@@ -559,5 +593,36 @@ impl<'a> Scanner<'a> {
             Some(n)
         })?;
         Some((a, end))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::string_stops;
+
+    #[test]
+    fn string_stops_flag_the_first_quote_backslash_or_control_byte() {
+        let samples = [
+            b'a', b' ', b'"', b'\\', 0, 0x1f, 0x20, 0x7f, 0x80, 0x9f, 0xa0, 0xff,
+        ];
+        // Every word of two sample bytes over a background byte, at every pair of positions.
+        for &bg in &[b'x', 0xc3] {
+            for &p in &samples {
+                for &q in &samples {
+                    for i in 0..8 {
+                        for j in 0..8 {
+                            let mut w = [bg; 8];
+                            w[i] = p;
+                            w[j] = q;
+                            let stop = |c: u8| c == b'"' || c == b'\\' || c < 0x20;
+                            let want = w.iter().position(|&c| stop(c));
+                            let m = string_stops(u64::from_le_bytes(w));
+                            let got = (m != 0).then(|| (m.trailing_zeros() / 8) as usize);
+                            assert_eq!(got, want, "{w:?}");
+                        }
+                    }
+                }
+            }
+        }
     }
 }
