@@ -390,7 +390,7 @@ impl<'w> Sink<'w> {
         id
     }
 
-    fn event(&mut self, e: RawEvent<'_>) -> fuseprof_store::Result<()> {
+    fn event(&mut self, e: &RawEvent<'_>) -> fuseprof_store::Result<()> {
         self.events += 1;
         if self.events.is_multiple_of(PROGRESS_EVERY) {
             if let (Some((p, base)), Some(ts)) = (self.progress, e.ts) {
@@ -401,7 +401,7 @@ impl<'w> Sink<'w> {
         let ph = e.ph.as_deref().unwrap_or("");
         let cat = e.cat.as_deref().unwrap_or("");
         let name = e.name.as_deref().unwrap_or("");
-        let args = e.args.unwrap_or_default();
+        let args = e.args.as_ref().unwrap_or(&NO_ARGS);
         let start_ns = e.ts.and_then(time_ns).unwrap_or(0);
         let end_ns = start_ns + e.dur.and_then(time_ns).unwrap_or(0).max(0);
         match ph {
@@ -414,17 +414,17 @@ impl<'w> Sink<'w> {
                         self.w.kernel(Kernel {
                             start_ns,
                             end_ns,
-                            device_id: args.device.and_then(Num::into_i64).unwrap_or(pid),
-                            stream_id: args.stream.and_then(Num::into_i64).unwrap_or(tid),
+                            device_id: args.device.as_ref().and_then(Num::as_i64).unwrap_or(pid),
+                            stream_id: args.stream.as_ref().and_then(Num::as_i64).unwrap_or(tid),
                             pid: None,
-                            correlation_id: args.correlation.and_then(Num::into_i64),
-                            external_id: args.external_id.and_then(Num::into_i64),
+                            correlation_id: args.correlation.as_ref().and_then(Num::as_i64),
+                            external_id: args.external_id.as_ref().and_then(Num::as_i64),
                             name,
                             grid: args.grid,
                             block: args.block,
-                            registers_per_thread: args.registers.and_then(Num::into_i64),
+                            registers_per_thread: args.registers.as_ref().and_then(Num::as_i64),
                             // Kineto reports static + dynamic shared memory as one number.
-                            static_smem_bytes: args.shared_memory.and_then(Num::into_i64),
+                            static_smem_bytes: args.shared_memory.as_ref().and_then(Num::as_i64),
                             dynamic_smem_bytes: None,
                             graph_id: None,
                         })
@@ -445,12 +445,12 @@ impl<'w> Sink<'w> {
                             kind,
                             start_ns,
                             end_ns,
-                            device_id: args.device.and_then(Num::into_i64).unwrap_or(pid),
-                            stream_id: args.stream.and_then(Num::into_i64).unwrap_or(tid),
+                            device_id: args.device.as_ref().and_then(Num::as_i64).unwrap_or(pid),
+                            stream_id: args.stream.as_ref().and_then(Num::as_i64).unwrap_or(tid),
                             pid: None,
-                            correlation_id: args.correlation.and_then(Num::into_i64),
-                            external_id: args.external_id.and_then(Num::into_i64),
-                            bytes: args.bytes.and_then(Num::into_i64),
+                            correlation_id: args.correlation.as_ref().and_then(Num::as_i64),
+                            external_id: args.external_id.as_ref().and_then(Num::as_i64),
+                            bytes: args.bytes.as_ref().and_then(Num::as_i64),
                             copy_kind,
                             value: None,
                         })
@@ -468,8 +468,8 @@ impl<'w> Sink<'w> {
                             end_ns,
                             pid,
                             tid,
-                            correlation_id: args.correlation.and_then(Num::into_i64),
-                            external_id: args.external_id.and_then(Num::into_i64),
+                            correlation_id: args.correlation.as_ref().and_then(Num::as_i64),
+                            external_id: args.external_id.as_ref().and_then(Num::as_i64),
                             name,
                             return_code: None,
                         })
@@ -487,18 +487,18 @@ impl<'w> Sink<'w> {
                         let mut r = Range::new(kind, name, pid, tid, start_ns);
                         r.end_ns = Some(end_ns);
                         if kind.is_gpu_side() {
-                            if let Some(d) = args.device.and_then(Num::into_i64) {
+                            if let Some(d) = args.device.as_ref().and_then(Num::as_i64) {
                                 r.pid = d;
                             }
-                            if let Some(s) = args.stream.and_then(Num::into_i64) {
+                            if let Some(s) = args.stream.as_ref().and_then(Num::as_i64) {
                                 r.tid = s;
                             }
                         }
                         if kind == RangeKind::Other && !cat.is_empty() {
                             r.category = Some(self.category(cat));
                         }
-                        r.external_id = args.external_id.and_then(Num::into_i64);
-                        r.correlation_id = args.correlation.and_then(Num::into_i64);
+                        r.external_id = args.external_id.as_ref().and_then(Num::as_i64);
+                        r.correlation_id = args.correlation.as_ref().and_then(Num::as_i64);
                         r.input_dims = args.input_dims.map(|v| self.w.intern(v.0));
                         r.input_types = args.input_types.map(|v| self.w.intern(v.0));
                         if !kind.is_gpu_side() {
@@ -521,7 +521,7 @@ impl<'w> Sink<'w> {
             "s" | "t" | "f" => {
                 let pid = self.id_of(&e.pid, true);
                 let tid = self.id_of(&e.tid, false);
-                let Some(flow_id) = e.id.and_then(Num::into_i64) else {
+                let Some(flow_id) = e.id.as_ref().and_then(Num::as_i64) else {
                     self.skip("flow without a numeric id");
                     return Ok(());
                 };
@@ -655,11 +655,11 @@ enum Num<'a> {
 }
 
 impl Num<'_> {
-    fn into_i64(self) -> Option<i64> {
+    fn as_i64(&self) -> Option<i64> {
         match self {
-            Num::Int(i) => Some(i),
-            Num::Float(f) => Some(f as i64),
-            Num::Text(t) => parse_int(&t),
+            Num::Int(i) => Some(*i),
+            Num::Float(f) => Some(*f as i64),
+            Num::Text(t) => parse_int(t),
         }
     }
     fn text(&self) -> Option<&str> {
@@ -725,7 +725,7 @@ fn triple<'de, D: Deserializer<'de>>(d: D) -> Result<Option<[i64; 3]>, D::Error>
             let mut n = 0;
             let mut ok = true;
             while let Some(v) = s.next_element::<Num<'de>>()? {
-                match (n < 3, v.into_i64()) {
+                match (n < 3, v.as_i64()) {
                     (true, Some(x)) => dims[n] = x,
                     _ => ok = false,
                 }
@@ -769,6 +769,23 @@ impl<'de: 'a, 'a> Deserialize<'de> for Raw<'a> {
     }
 }
 
+/// The `args` of an event without any.
+const NO_ARGS: Args<'static> = Args {
+    external_id: None,
+    correlation: None,
+    device: None,
+    stream: None,
+    grid: None,
+    block: None,
+    registers: None,
+    shared_memory: None,
+    bytes: None,
+    kind: None,
+    name: None,
+    input_dims: None,
+    input_types: None,
+};
+
 #[derive(Deserialize, Default)]
 struct Args<'a> {
     #[serde(rename = "External id", borrow)]
@@ -799,7 +816,7 @@ struct Args<'a> {
     input_types: Option<Raw<'a>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 struct RawEvent<'a> {
     #[serde(borrow)]
     ph: Option<Cow<'a, str>>,

@@ -165,7 +165,7 @@ impl<'a> Scanner<'a> {
                     for (key, value) in fields {
                         match value {
                             Some(Num::Text(t)) => sink.w.meta(key, t),
-                            Some(v) => sink.w.meta(key, v.into_i64().unwrap_or_default()),
+                            Some(v) => sink.w.meta(key, v.as_i64().unwrap_or_default()),
                             None => {}
                         }
                     }
@@ -173,7 +173,7 @@ impl<'a> Scanner<'a> {
                 }
                 "baseTimeNanoseconds" => {
                     let (v, n) = self.serde::<Num<'a>>(j)?;
-                    if let Some(ns) = v.into_i64() {
+                    if let Some(ns) = v.as_i64() {
                         sink.w.meta("base_time_ns", ns);
                     }
                     n
@@ -203,12 +203,21 @@ impl<'a> Scanner<'a> {
         if self.at(j) == b']' {
             return Ok(j + 1);
         }
+        // Filled in place event after event: an event with its args is several hundred bytes,
+        // too many to move around for each.
+        let mut event = RawEvent::default();
         loop {
-            let (event, n) = match self.event(j) {
-                Some(e) => e,
-                None => self.serde::<RawEvent<'a>>(j)?,
+            let n = match self.event(j, &mut event) {
+                Some(n) => {
+                    sink.event(&event).map_err(ScanError::Sink)?;
+                    n
+                }
+                None => {
+                    let (event, n) = self.serde::<RawEvent<'a>>(j)?;
+                    sink.event(&event).map_err(ScanError::Sink)?;
+                    n
+                }
             };
-            sink.event(event).map_err(ScanError::Sink)?;
             j = self.ws(n);
             match self.at(j) {
                 b',' => {
@@ -464,19 +473,10 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    /// One event in Kineto's usual shape, or `None` for serde_json to read it.
-    fn event(&self, i: usize) -> Option<(RawEvent<'a>, usize)> {
-        let mut e = RawEvent {
-            ph: None,
-            cat: None,
-            name: None,
-            pid: None,
-            tid: None,
-            ts: None,
-            dur: None,
-            id: None,
-            args: None,
-        };
+    /// One event in Kineto's usual shape into `e`, and the byte after it; `None` for serde_json
+    /// to read it.
+    fn event(&self, i: usize, e: &mut RawEvent<'a>) -> Option<usize> {
+        *e = RawEvent::default();
         let mut seen = 0u32;
         let end = self.members(i, |key, j| {
             let bit = match key {
@@ -529,18 +529,15 @@ impl<'a> Scanner<'a> {
                     n
                 }),
                 _ if self.at(j) == b'n' => self.literal(j, b"null"),
-                _ => self.args(j).map(|(a, n)| {
-                    e.args = Some(a);
-                    n
-                }),
+                _ => self.args(j, e.args.insert(Args::default())),
             }
         })?;
-        Some((e, end))
+        Some(end)
     }
 
-    /// An event's `args`, or `None` for serde_json to read the event.
-    fn args(&self, i: usize) -> Option<(Args<'a>, usize)> {
-        let mut a = Args::default();
+    /// An event's `args` into `a` (empty), and the byte after them; `None` for serde_json to
+    /// read the event.
+    fn args(&self, i: usize, a: &mut Args<'a>) -> Option<usize> {
         let mut seen = 0u32;
         let end = self.members(i, |key, j| {
             let bit = match key {
@@ -592,7 +589,7 @@ impl<'a> Scanner<'a> {
             *num = v;
             Some(n)
         })?;
-        Some((a, end))
+        Some(end)
     }
 }
 
