@@ -13,6 +13,7 @@ use fuseprof_store::{
     Api, ApiCall, CopyKind, CreateOptions, Device, Kernel, Memop, MemopKind, Range, RangeKind,
     RawRows, RunInfo, StrId, Writer,
 };
+use rustc_hash::FxHashMap;
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{ConnectOptions, SqliteConnection};
 
@@ -295,10 +296,11 @@ fn get_text(r: &RawRows<'_>, i: usize) -> Option<String> {
     r.text(i).map(str::to_string)
 }
 
-/// Maps nsys StringIds to the run's interned strings, interning on first use.
+/// Maps nsys StringIds to the run's interned strings, interning on first use (looked up once
+/// an event: a fast hash matters here).
 struct Names {
-    source: HashMap<i64, String>,
-    ours: HashMap<i64, StrId>,
+    source: FxHashMap<i64, String>,
+    ours: FxHashMap<i64, StrId>,
 }
 
 impl Names {
@@ -368,7 +370,7 @@ pub(crate) fn import(
         }
     }
 
-    let mut source_strings = HashMap::new();
+    let mut source_strings = FxHashMap::default();
     if let Some(sql) = src.select("StringIds", &["id", "value"], "") {
         src.rows(sql, |r| {
             if let (Some(id), Some(v)) = (get_i64(r, 0), get_text(r, 1)) {
@@ -379,7 +381,7 @@ pub(crate) fn import(
     }
     let mut names = Names {
         source: source_strings,
-        ours: HashMap::new(),
+        ours: FxHashMap::default(),
     };
 
     let mut w = Writer::create(output, create)?;
@@ -559,8 +561,8 @@ pub(crate) fn import(
     }
 
     // NVTX: domain and category registrations first, so ranges can carry their names.
-    let mut domains: HashMap<i64, StrId> = HashMap::new();
-    let mut categories: HashMap<(i64, i64), StrId> = HashMap::new();
+    let mut domains: FxHashMap<i64, StrId> = FxHashMap::default();
+    let mut categories: FxHashMap<(i64, i64), StrId> = FxHashMap::default();
     if let Some(sql) = src.select(
         "NVTX_EVENTS",
         &["eventType", "domainId", "category", "text", "textId"],
