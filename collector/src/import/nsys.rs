@@ -147,8 +147,8 @@ impl<'p> Source<'p> {
     /// start` gives it; `None` when the table is absent.
     ///
     /// An export's tables are mostly in `start` order already, or made of a few runs in that
-    /// order (one per buffer nsys flushed), yet `ORDER BY start` has SQLite sort every row,
-    /// which takes about as long as reading them. So a first pass over (rowid, start) finds
+    /// order, yet `ORDER BY start` has SQLite sort every row, which takes about as long as
+    /// reading them. So a first pass over (rowid, start) finds
     /// where each run begins, and the query reads the runs side by side in rowid order and
     /// merges them. SQLite's sorter keeps rows with equal keys in the order it read them
     /// (rowid order), as the merge does by taking the earlier run first, so the rows come in
@@ -181,7 +181,7 @@ impl<'p> Source<'p> {
     }
 
     /// The first rowid of each run of rows in `start` order in `table`, read in rowid order;
-    /// `None` when SQLite must sort the table (see [`Source::rows_by_start`]).
+    /// `None` when SQLite must sort the table (see [`Source::by_start`]).
     fn runs(&mut self, table: &str) -> Result<Option<Vec<i64>>> {
         /// More runs than this are cheaper to sort than to merge.
         const MAX_RUNS: usize = 1024;
