@@ -1,6 +1,7 @@
 //! Writes a large `nsys export --type sqlite` file by repeating a real one's event tables, for
 //! the import benchmark: the copies double until there are at least COPIES, each shifted past
-//! the previous ones in time (ids and names stay as they are).
+//! the previous ones in time, its correlation ids offset so that each copy's kernels pair with
+//! its own launches (other ids and names stay as they are).
 //!
 //! cargo run --release -p fuseprof-collector --example gen_nsys -- SOURCE.sqlite COPIES OUT.sqlite
 
@@ -46,6 +47,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 .fetch_one(&mut c)
                 .await?;
         let span = hi.unwrap_or(0) - lo.unwrap_or(0) + 1_000;
+        let mut corr_span = 0i64;
+        for (t, cols) in &tables {
+            if cols.iter().any(|c| c == "correlationId") {
+                let (m,): (Option<i64>,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                    "SELECT max(correlationId) FROM {t}"
+                )))
+                .fetch_one(&mut c)
+                .await?;
+                corr_span = corr_span.max(m.unwrap_or(0) + 1);
+            }
+        }
         let mut have = 1;
         let mut events = 0;
         while have < copies {
@@ -56,6 +68,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     .iter()
                     .map(|c| match c.as_str() {
                         "start" | "end" => format!("\"{c}\" + {}", span * have),
+                        "correlationId" => format!("\"{c}\" + {}", corr_span * have),
                         _ => format!("\"{c}\""),
                     })
                     .collect();

@@ -394,6 +394,80 @@ fn an_unknown_nsys_schema_major_is_refused() {
     expect_failure(&p, "schema 4.0.0 (major 4) is not supported");
 }
 
+/// An export's tables come in `start` order, in a few runs of it, or in none: the import
+/// takes their rows in the order SQLite's `ORDER BY start` gives, equal starts included.
+#[test]
+fn nsys_rows_come_in_the_order_order_by_start_gives() {
+    const K: &str = "CUPTI_ACTIVITY_KIND_KERNEL";
+    let cases = [
+        // Two runs that interleave, with equal starts within each and across them.
+        (
+            "runs",
+            format!(
+                "UPDATE {K} SET start = start / 1000000 * 1000000;
+                 UPDATE {K} SET start = start - (SELECT (max(start) - min(start)) / 2000000
+                     * 1000000 FROM {K}) WHERE rowid > (SELECT max(rowid) / 2 FROM {K});"
+            ),
+        ),
+        // More runs than are worth merging.
+        (
+            "many",
+            format!("UPDATE {K} SET start = start + (rowid % 2) * 1000000000;"),
+        ),
+        // A start that is not an integer, out of order.
+        (
+            "real",
+            format!("UPDATE {K} SET start = start - 1000000.5 WHERE rowid = 7;"),
+        ),
+    ];
+    for (name, sql) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("export.sqlite");
+        std::fs::copy(fixtures::path("nsys/nsysai_mfu_2gpu_before.sqlite"), &p).unwrap();
+        let mut perms = std::fs::metadata(&p).unwrap().permissions();
+        #[allow(clippy::permissions_set_readonly_false)]
+        perms.set_readonly(false);
+        std::fs::set_permissions(&p, perms).unwrap();
+        sqlite_with(dir.path(), "export.sqlite", &sql);
+        let runs = nsys_count(
+            &p,
+            &format!(
+                "SELECT count(*) FROM (SELECT start < lag(start) OVER (ORDER BY rowid) AS d \
+                 FROM {K}) WHERE d"
+            ),
+        );
+        assert!(runs > 0, "{name}: the kernels are still in order");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let expected: Vec<(i64, Option<i64>, i64)> = rt.block_on(async {
+            use sqlx::ConnectOptions;
+            let mut c = sqlx::sqlite::SqliteConnectOptions::new()
+                .filename(&p)
+                .read_only(true)
+                .connect()
+                .await
+                .unwrap();
+            sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT CASE typeof(start) WHEN 'integer' THEN start ELSE 0 END, \
+                 correlationId, \"end\" FROM {K} ORDER BY start"
+            )))
+            .fetch_all(&mut c)
+            .await
+            .unwrap()
+        });
+        let out = dir.path().join("run.sqlite");
+        import(&p, &out, &ImportOptions::default()).unwrap();
+        let mut got = Vec::new();
+        Store::open(&out)
+            .unwrap()
+            .for_each_kernel(|k| got.push((k.start_ns, k.correlation_id, k.end_ns)))
+            .unwrap();
+        assert_eq!(got.len(), expected.len(), "{name}");
+        assert!(got == expected, "{name}: the kernels' order differs");
+    }
+}
+
 #[test]
 fn an_existing_output_is_kept_and_the_import_refused() {
     let dir = tempfile::tempdir().unwrap();

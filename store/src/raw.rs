@@ -186,6 +186,15 @@ impl<'h> Stmt<'h> {
         }
     }
 
+    /// An INTEGER column's value; `None` for NULL and any other storage class.
+    pub(crate) fn col_int(&self, i: c_int) -> Option<i64> {
+        // SAFETY: as in `col_opt_i64`, whose single sqlite3_column_value call this shares.
+        unsafe {
+            let v = ffi::sqlite3_column_value(self.stmt.as_ptr(), i);
+            (ffi::sqlite3_value_type(v) == ffi::SQLITE_INTEGER).then(|| ffi::sqlite3_value_int64(v))
+        }
+    }
+
     /// The bytes of a text or blob column, without the UTF-8 check of [`Stmt::col_text`];
     /// `None` for NULL.
     pub(crate) fn col_opt_bytes(&self, i: c_int) -> Option<&[u8]> {

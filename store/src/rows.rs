@@ -27,6 +27,21 @@ impl<'h> RawRows<'h> {
         })
     }
 
+    /// Prepares each of `sqls` on the connection behind `handle`, to be stepped side by side.
+    pub fn prepare_each(
+        handle: &'h mut LockedSqliteHandle<'_>,
+        sqls: &[String],
+    ) -> Result<Vec<RawRows<'h>>> {
+        let db = handle.as_raw_handle();
+        sqls.iter()
+            .map(|sql| {
+                Ok(RawRows {
+                    st: Stmt::prepare(db, sql)?,
+                })
+            })
+            .collect()
+    }
+
     /// Moves to the next row; `false` after the last.
     pub fn step(&mut self) -> Result<bool> {
         self.st.step()
@@ -34,8 +49,7 @@ impl<'h> RawRows<'h> {
 
     /// An INTEGER value; `None` for NULL and any other storage class.
     pub fn int(&self, i: usize) -> Option<i64> {
-        let i = i as c_int;
-        (self.st.col_type(i) == ffi::SQLITE_INTEGER).then(|| self.st.col_i64(i))
+        self.st.col_int(i as c_int)
     }
 
     /// A REAL value; `None` for NULL and any other storage class.

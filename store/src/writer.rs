@@ -743,7 +743,7 @@ impl Bulk {
             r.clear();
             r.null();
             r.text(s);
-            self.strings.add(&mut self.file, *id, r.finish())?;
+            self.strings.add(&mut self.file, *id, r)?;
         }
         for a in &b.api_calls {
             self.api_call(a)?;
@@ -793,7 +793,7 @@ impl Bulk {
         r.opt(k.static_smem_bytes);
         r.opt(k.dynamic_smem_bytes);
         r.opt(k.graph_id);
-        self.kernels.add(&mut self.file, id, r.finish())?;
+        self.kernels.add(&mut self.file, id, r)?;
         self.kernels_by_stream_time
             .add([k.device_id, k.stream_id, k.start_ns], id);
         self.kernels_by_correlation
@@ -820,7 +820,7 @@ impl Bulk {
             None => r.null(),
         }
         r.opt(m.value);
-        self.memops.add(&mut self.file, id, r.finish())?;
+        self.memops.add(&mut self.file, id, r)?;
         self.memops_by_stream_time
             .add([m.device_id, m.stream_id, m.start_ns], id);
         self.memops_by_correlation
@@ -842,7 +842,7 @@ impl Bulk {
         r.opt(a.external_id);
         r.int(a.name.0);
         r.opt(a.return_code);
-        self.api_calls.add(&mut self.file, id, r.finish())?;
+        self.api_calls.add(&mut self.file, id, r)?;
         self.api_calls_by_correlation
             .add((a.correlation_id, a.pid), id);
         self.api_calls_by_thread_time
@@ -874,7 +874,7 @@ impl Bulk {
         r.opt(x.correlation_id);
         r.opt(x.input_dims.map(|s| s.0));
         r.opt(x.input_types.map(|s| s.0));
-        self.ranges.add(&mut self.file, id, r.finish())?;
+        self.ranges.add(&mut self.file, id, r)?;
         self.ranges_by_thread_time
             .add([x.pid, x.tid, x.start_ns], id);
         self.ranges_by_external.add(x.external_id, id);
@@ -892,7 +892,7 @@ impl Bulk {
         r.int(f.ts_ns);
         r.int(f.pid);
         r.int(f.tid);
-        self.flows.add(&mut self.file, id, r.finish())?;
+        self.flows.add(&mut self.file, id, r)?;
         Ok(())
     }
 

@@ -1,9 +1,10 @@
 //! PyTorch profiler (Kineto) Chrome-trace JSON, plain or gzip-compressed.
 //!
-//! The whole (decompressed) file is read into memory once and parsed in place by a scanner
-//! made for Kineto's event shape (`scan.rs`, with serde_json for anything else): strings are
-//! borrowed from that buffer where they carry no escapes, and each element of `traceEvents` is
-//! handed to the writer as soon as it is parsed, so no event list is ever built.
+//! The whole file is mapped into memory (or read, and inflated when compressed) once and
+//! parsed in place by a scanner made for Kineto's event shape (`scan.rs`, with serde_json for
+//! anything else): strings are borrowed from those bytes where they carry no escapes, and each
+//! element of `traceEvents` is handed to the writer as soon as it is parsed, so no event list
+//! is ever built.
 
 mod scan;
 
@@ -28,8 +29,81 @@ use scan::ScanError;
 /// Events between two updates of the progress counters.
 const PROGRESS_EVERY: u64 = 4096;
 
-/// Reads the file, inflating it when it is gzip-compressed.
-pub fn read_source(path: &Path, progress: Option<&Progress>) -> Result<Vec<u8>> {
+/// A trace's bytes: the file mapped into memory, or read (and inflated) into a buffer.
+pub enum Source {
+    Mapped(Mapped),
+    Read(Vec<u8>),
+}
+
+impl std::ops::Deref for Source {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Source::Mapped(m) => m,
+            Source::Read(v) => v,
+        }
+    }
+}
+
+/// A file mapped read-only into memory, whole.
+///
+/// Mapping spares reading the file into a buffer of its own: no copy out of the page cache,
+/// no fresh pages to zero and fault in for the copy. As with any mapped file, a process that
+/// truncates the file meanwhile makes reads past its new end fault (SIGBUS).
+pub struct Mapped {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+}
+
+impl Mapped {
+    /// `file`'s first `len` bytes (its size), or `None` when it cannot be mapped (a pipe, an
+    /// empty file): the caller then reads it.
+    fn new(file: &std::fs::File, len: u64) -> Option<Mapped> {
+        use std::os::fd::AsRawFd;
+        let len = usize::try_from(len).ok().filter(|&n| n > 0)?;
+        // SAFETY: a fresh private read-only mapping of an open file descriptor; the kernel
+        // checks the arguments, and the mapping stays valid until `munmap` in `drop`.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        Some(Mapped {
+            ptr: std::ptr::NonNull::new(p.cast())?,
+            len,
+        })
+    }
+}
+
+impl std::ops::Deref for Mapped {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `ptr` points to `len` mapped, readable bytes that live as long as `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        // SAFETY: the mapping `new` made, unmapped once; no slice of it outlives `self`.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+// SAFETY: the mapping is read-only memory owned by the value, like a `Box<[u8]>`.
+unsafe impl Send for Mapped {}
+unsafe impl Sync for Mapped {}
+
+/// The file's bytes, mapped when it can be, inflated when it is gzip-compressed.
+pub fn read_source(path: &Path, progress: Option<&Progress>) -> Result<Source> {
     let io = |source| ImportError::Io {
         path: path.into(),
         error: source,
@@ -39,18 +113,30 @@ pub fn read_source(path: &Path, progress: Option<&Progress>) -> Result<Vec<u8>> 
     if let Some(p) = progress {
         p.phase("reading", size);
     }
-    let mut raw = Vec::with_capacity(size as usize);
-    // In chunks through `File`'s own reads, which fill the vector's spare capacity as it is (a
-    // wrapping reader would have read_to_end zero every chunk first); progress per chunk.
-    loop {
-        let n = (&file).take(16 << 20).read_to_end(&mut raw).map_err(io)?;
-        if n == 0 {
-            break;
+    let raw = match Mapped::new(&file, size) {
+        Some(m) => {
+            if let Some(p) = progress {
+                p.add_bytes_done(size);
+            }
+            Source::Mapped(m)
         }
-        if let Some(p) = progress {
-            p.add_bytes_done(n as u64);
+        None => {
+            let mut raw = Vec::with_capacity(size as usize);
+            // In chunks through `File`'s own reads, which fill the vector's spare capacity as it
+            // is (a wrapping reader would have read_to_end zero every chunk first); progress per
+            // chunk.
+            loop {
+                let n = (&file).take(16 << 20).read_to_end(&mut raw).map_err(io)?;
+                if n == 0 {
+                    break;
+                }
+                if let Some(p) = progress {
+                    p.add_bytes_done(n as u64);
+                }
+            }
+            Source::Read(raw)
         }
-    }
+    };
     if raw.starts_with(&[0x1f, 0x8b]) {
         if let Some(p) = progress {
             p.phase("inflating", raw.len() as u64);
@@ -62,7 +148,7 @@ pub fn read_source(path: &Path, progress: Option<&Progress>) -> Result<Vec<u8>> 
         })
         .read_to_end(&mut out)
         .map_err(|e| ImportError::format(path, format!("corrupt gzip data: {e}")))?;
-        Ok(out)
+        Ok(Source::Read(out))
     } else if path.extension().is_some_and(|e| e == "gz") {
         Err(ImportError::format(
             path,
@@ -304,7 +390,7 @@ impl<'w> Sink<'w> {
         id
     }
 
-    fn event(&mut self, e: RawEvent<'_>) -> fuseprof_store::Result<()> {
+    fn event(&mut self, e: &RawEvent<'_>) -> fuseprof_store::Result<()> {
         self.events += 1;
         if self.events.is_multiple_of(PROGRESS_EVERY) {
             if let (Some((p, base)), Some(ts)) = (self.progress, e.ts) {
@@ -315,7 +401,7 @@ impl<'w> Sink<'w> {
         let ph = e.ph.as_deref().unwrap_or("");
         let cat = e.cat.as_deref().unwrap_or("");
         let name = e.name.as_deref().unwrap_or("");
-        let args = e.args.unwrap_or_default();
+        let args = e.args.as_ref().unwrap_or(&NO_ARGS);
         let start_ns = e.ts.and_then(time_ns).unwrap_or(0);
         let end_ns = start_ns + e.dur.and_then(time_ns).unwrap_or(0).max(0);
         match ph {
@@ -328,17 +414,17 @@ impl<'w> Sink<'w> {
                         self.w.kernel(Kernel {
                             start_ns,
                             end_ns,
-                            device_id: args.device.and_then(Num::into_i64).unwrap_or(pid),
-                            stream_id: args.stream.and_then(Num::into_i64).unwrap_or(tid),
+                            device_id: args.device.as_ref().and_then(Num::as_i64).unwrap_or(pid),
+                            stream_id: args.stream.as_ref().and_then(Num::as_i64).unwrap_or(tid),
                             pid: None,
-                            correlation_id: args.correlation.and_then(Num::into_i64),
-                            external_id: args.external_id.and_then(Num::into_i64),
+                            correlation_id: args.correlation.as_ref().and_then(Num::as_i64),
+                            external_id: args.external_id.as_ref().and_then(Num::as_i64),
                             name,
                             grid: args.grid,
                             block: args.block,
-                            registers_per_thread: args.registers.and_then(Num::into_i64),
+                            registers_per_thread: args.registers.as_ref().and_then(Num::as_i64),
                             // Kineto reports static + dynamic shared memory as one number.
-                            static_smem_bytes: args.shared_memory.and_then(Num::into_i64),
+                            static_smem_bytes: args.shared_memory.as_ref().and_then(Num::as_i64),
                             dynamic_smem_bytes: None,
                             graph_id: None,
                         })
@@ -359,12 +445,12 @@ impl<'w> Sink<'w> {
                             kind,
                             start_ns,
                             end_ns,
-                            device_id: args.device.and_then(Num::into_i64).unwrap_or(pid),
-                            stream_id: args.stream.and_then(Num::into_i64).unwrap_or(tid),
+                            device_id: args.device.as_ref().and_then(Num::as_i64).unwrap_or(pid),
+                            stream_id: args.stream.as_ref().and_then(Num::as_i64).unwrap_or(tid),
                             pid: None,
-                            correlation_id: args.correlation.and_then(Num::into_i64),
-                            external_id: args.external_id.and_then(Num::into_i64),
-                            bytes: args.bytes.and_then(Num::into_i64),
+                            correlation_id: args.correlation.as_ref().and_then(Num::as_i64),
+                            external_id: args.external_id.as_ref().and_then(Num::as_i64),
+                            bytes: args.bytes.as_ref().and_then(Num::as_i64),
                             copy_kind,
                             value: None,
                         })
@@ -382,8 +468,8 @@ impl<'w> Sink<'w> {
                             end_ns,
                             pid,
                             tid,
-                            correlation_id: args.correlation.and_then(Num::into_i64),
-                            external_id: args.external_id.and_then(Num::into_i64),
+                            correlation_id: args.correlation.as_ref().and_then(Num::as_i64),
+                            external_id: args.external_id.as_ref().and_then(Num::as_i64),
                             name,
                             return_code: None,
                         })
@@ -401,18 +487,18 @@ impl<'w> Sink<'w> {
                         let mut r = Range::new(kind, name, pid, tid, start_ns);
                         r.end_ns = Some(end_ns);
                         if kind.is_gpu_side() {
-                            if let Some(d) = args.device.and_then(Num::into_i64) {
+                            if let Some(d) = args.device.as_ref().and_then(Num::as_i64) {
                                 r.pid = d;
                             }
-                            if let Some(s) = args.stream.and_then(Num::into_i64) {
+                            if let Some(s) = args.stream.as_ref().and_then(Num::as_i64) {
                                 r.tid = s;
                             }
                         }
                         if kind == RangeKind::Other && !cat.is_empty() {
                             r.category = Some(self.category(cat));
                         }
-                        r.external_id = args.external_id.and_then(Num::into_i64);
-                        r.correlation_id = args.correlation.and_then(Num::into_i64);
+                        r.external_id = args.external_id.as_ref().and_then(Num::as_i64);
+                        r.correlation_id = args.correlation.as_ref().and_then(Num::as_i64);
                         r.input_dims = args.input_dims.map(|v| self.w.intern(v.0));
                         r.input_types = args.input_types.map(|v| self.w.intern(v.0));
                         if !kind.is_gpu_side() {
@@ -435,7 +521,7 @@ impl<'w> Sink<'w> {
             "s" | "t" | "f" => {
                 let pid = self.id_of(&e.pid, true);
                 let tid = self.id_of(&e.tid, false);
-                let Some(flow_id) = e.id.and_then(Num::into_i64) else {
+                let Some(flow_id) = e.id.as_ref().and_then(Num::as_i64) else {
                     self.skip("flow without a numeric id");
                     return Ok(());
                 };
@@ -489,6 +575,9 @@ fn copy_kind_from_name(name: &str) -> CopyKind {
 /// the decimal forms Kineto writes.
 fn time_ns(raw: Raw<'_>) -> Option<i64> {
     let text = raw.0.trim_matches('"');
+    if let Some(ns) = decimal_ns(text.as_bytes()) {
+        return Some(ns);
+    }
     if text.contains(['e', 'E']) {
         return text.parse::<f64>().ok().map(|us| (us * 1e3).round() as i64);
     }
@@ -497,21 +586,57 @@ fn time_ns(raw: Raw<'_>) -> Option<i64> {
         None => (false, text),
     };
     let (int, frac) = digits.split_once('.').unwrap_or((digits, ""));
-    let mut ns: i64 = if int.is_empty() { 0 } else { int.parse().ok()? };
-    ns = ns.checked_mul(1000)?;
-    let fb = frac.as_bytes();
-    if !fb.iter().all(u8::is_ascii_digit) {
+    let ns: i64 = if int.is_empty() { 0 } else { int.parse().ok()? };
+    let ns = ns
+        .checked_mul(1000)?
+        .checked_add(frac_ns(frac.as_bytes())?)?;
+    Some(if neg { -ns } else { ns })
+}
+
+/// [`time_ns`] of the form Kineto writes (`-`, 1 to 18 digits, `.` and digits), in one pass
+/// over the bytes; `None` for any other form, which `time_ns` reads the general way.
+#[inline]
+fn decimal_ns(b: &[u8]) -> Option<i64> {
+    let (neg, b) = match b.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, b),
+    };
+    let int_len = b
+        .iter()
+        .position(|c| !c.is_ascii_digit())
+        .unwrap_or(b.len());
+    if int_len == 0 || int_len > 18 {
         return None;
     }
+    let us = b[..int_len]
+        .iter()
+        .fold(0i64, |v, &d| v * 10 + (d - b'0') as i64);
+    let frac = match &b[int_len..] {
+        [] => &[][..],
+        [b'.', f @ ..] => f,
+        _ => return None,
+    };
+    let ns = us.checked_mul(1000)?.checked_add(frac_ns(frac)?)?;
+    Some(if neg { -ns } else { ns })
+}
+
+/// The nanoseconds of a fraction of a microsecond given by its digits, rounded half up;
+/// `None` if one is not a digit.
+#[inline]
+fn frac_ns(digits: &[u8]) -> Option<i64> {
+    if !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let mut ns = 0;
     let mut scale = 100;
-    for &d in fb.iter().take(3) {
+    for &d in digits.iter().take(3) {
         ns += (d - b'0') as i64 * scale;
         scale /= 10;
     }
-    if fb.len() > 3 && fb[3] >= b'5' {
+    if digits.len() > 3 && digits[3] >= b'5' {
         ns += 1;
     }
-    Some(if neg { -ns } else { ns })
+    Some(ns)
 }
 
 fn parse_int(t: &str) -> Option<i64> {
@@ -530,11 +655,11 @@ enum Num<'a> {
 }
 
 impl Num<'_> {
-    fn into_i64(self) -> Option<i64> {
+    fn as_i64(&self) -> Option<i64> {
         match self {
-            Num::Int(i) => Some(i),
-            Num::Float(f) => Some(f as i64),
-            Num::Text(t) => parse_int(&t),
+            Num::Int(i) => Some(*i),
+            Num::Float(f) => Some(*f as i64),
+            Num::Text(t) => parse_int(t),
         }
     }
     fn text(&self) -> Option<&str> {
@@ -600,7 +725,7 @@ fn triple<'de, D: Deserializer<'de>>(d: D) -> Result<Option<[i64; 3]>, D::Error>
             let mut n = 0;
             let mut ok = true;
             while let Some(v) = s.next_element::<Num<'de>>()? {
-                match (n < 3, v.into_i64()) {
+                match (n < 3, v.as_i64()) {
                     (true, Some(x)) => dims[n] = x,
                     _ => ok = false,
                 }
@@ -644,6 +769,23 @@ impl<'de: 'a, 'a> Deserialize<'de> for Raw<'a> {
     }
 }
 
+/// The `args` of an event without any.
+const NO_ARGS: Args<'static> = Args {
+    external_id: None,
+    correlation: None,
+    device: None,
+    stream: None,
+    grid: None,
+    block: None,
+    registers: None,
+    shared_memory: None,
+    bytes: None,
+    kind: None,
+    name: None,
+    input_dims: None,
+    input_types: None,
+};
+
 #[derive(Deserialize, Default)]
 struct Args<'a> {
     #[serde(rename = "External id", borrow)]
@@ -674,7 +816,7 @@ struct Args<'a> {
     input_types: Option<Raw<'a>>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Default)]
 struct RawEvent<'a> {
     #[serde(borrow)]
     ph: Option<Cow<'a, str>>,
@@ -737,6 +879,15 @@ mod tests {
         assert_eq!(ns("-3.25"), Some(-3_250));
         assert_eq!(ns("\"12\""), Some(12_000));
         assert_eq!(ns("\"abc\""), None);
+        assert_eq!(ns("-0.0015"), Some(-2));
+        assert_eq!(ns("+2"), Some(2_000));
+        assert_eq!(ns("7."), Some(7_000));
+        assert_eq!(ns(".25"), Some(250));
+        assert_eq!(ns("1.2x"), None);
+        assert_eq!(ns("9223372036854775.807"), Some(i64::MAX));
+        assert_eq!(ns("9223372036854775.808"), None);
+        assert_eq!(ns("9223372036854776"), None);
+        assert_eq!(ns("12345678901234567890"), None);
     }
 
     #[test]

@@ -4,13 +4,16 @@
 //! built from the columns the file actually has; a table that is absent contributes nothing.
 //! The major schema version is checked first: an unknown major is refused, not guessed at.
 
-use std::collections::{BTreeMap, HashMap};
+use std::cmp::Reverse;
+use std::collections::binary_heap::PeekMut;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::path::Path;
 
 use fuseprof_store::{
     Api, ApiCall, CopyKind, CreateOptions, Device, Kernel, Memop, MemopKind, Range, RangeKind,
     RawRows, RunInfo, StrId, Writer,
 };
+use rustc_hash::FxHashMap;
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{ConnectOptions, SqliteConnection};
 
@@ -32,6 +35,23 @@ const NVTX_DOMAIN_CREATE: i64 = 75;
 /// nsys packs thread and process ids into one number: `tid | pid << 24` (plus a node part).
 fn split_global_tid(g: i64) -> (i64, i64) {
     ((g >> 24) & 0xFF_FFFF, g & 0xFF_FFFF)
+}
+
+/// Statements whose rows, stepped side by side, make one query's rows: each row in turn of
+/// the statement whose row has the smallest integer in column `key`, the earlier statement's
+/// first on a tie (each statement's rows are in that order already).
+struct Query {
+    sqls: Vec<String>,
+    key: usize,
+}
+
+impl Query {
+    fn one(sql: String) -> Query {
+        Query {
+            sqls: vec![sql],
+            key: 0,
+        }
+    }
 }
 
 struct Source<'p> {
@@ -119,7 +139,93 @@ impl<'p> Source<'p> {
     }
 
     /// Steps through the rows of `sql`, calling `f` on each.
-    fn rows(&mut self, sql: String, mut f: impl FnMut(&RawRows<'_>) -> Result<()>) -> Result<u64> {
+    fn rows(&mut self, sql: String, f: impl FnMut(&RawRows<'_>) -> Result<()>) -> Result<u64> {
+        self.query(Query::one(sql), f)
+    }
+
+    /// The query of `cols` (which holds `start`) of `table` in `start` order, as `ORDER BY
+    /// start` gives it; `None` when the table is absent.
+    ///
+    /// An export's tables are mostly in `start` order already, or made of a few runs in that
+    /// order, yet `ORDER BY start` has SQLite sort every row, which takes about as long as
+    /// reading them. So a first pass over (rowid, start) finds
+    /// where each run begins, and the query reads the runs side by side in rowid order and
+    /// merges them. SQLite's sorter keeps rows with equal keys in the order it read them
+    /// (rowid order), as the merge does by taking the earlier run first, so the rows come in
+    /// the same order. When a `start` is not an integer (SQLite orders mixed types its own
+    /// way) or the runs are too many, SQLite sorts as before.
+    fn by_start(&mut self, table: &str, cols: &[&str]) -> Result<Option<Query>> {
+        let (Some(key), Some(all)) = (
+            cols.iter().position(|c| *c == "start"),
+            self.select(table, cols, ""),
+        ) else {
+            return Ok(None);
+        };
+        let runs = if self.has(table, "start") {
+            self.runs(table)?
+        } else {
+            None
+        };
+        let Some(runs) = runs else {
+            return Ok(Some(Query::one(format!("{all} ORDER BY start"))));
+        };
+        let sqls = runs
+            .iter()
+            .enumerate()
+            .map(|(k, lo)| match runs.get(k + 1) {
+                Some(hi) => format!("{all} WHERE rowid >= {lo} AND rowid < {hi} ORDER BY rowid"),
+                None => format!("{all} WHERE rowid >= {lo} ORDER BY rowid"),
+            })
+            .collect();
+        Ok(Some(Query { sqls, key }))
+    }
+
+    /// The first rowid of each run of rows in `start` order in `table`, read in rowid order;
+    /// `None` when SQLite must sort the table (see [`Source::by_start`]).
+    fn runs(&mut self, table: &str) -> Result<Option<Vec<i64>>> {
+        /// More runs than this are cheaper to sort than to merge.
+        const MAX_RUNS: usize = 1024;
+        let mut runs = Vec::new();
+        let mut last = i64::MIN;
+        let mut sortable = true;
+        let sql = format!("SELECT rowid, \"start\" FROM \"{table}\" ORDER BY rowid");
+        self.scan(sql, |r| {
+            let (Some(rowid), Some(start)) = (r.int(0), r.int(1)) else {
+                sortable = false;
+                return Ok(false);
+            };
+            if runs.is_empty() || start < last {
+                if runs.len() == MAX_RUNS {
+                    sortable = false;
+                    return Ok(false);
+                }
+                runs.push(rowid);
+            }
+            last = start;
+            Ok(true)
+        })?;
+        Ok((sortable && !runs.is_empty()).then_some(runs))
+    }
+
+    /// Steps through `sql`'s rows, calling `f` on each until it returns `false`; counts no
+    /// events.
+    fn scan(&mut self, sql: String, mut f: impl FnMut(&RawRows<'_>) -> Result<bool>) -> Result<()> {
+        let path = self.path;
+        let conn = &mut self.conn;
+        let bad = |e: &dyn std::fmt::Display| {
+            ImportError::format(path, format!("reading the export: {e}"))
+        };
+        self.rt.block_on(async move {
+            let mut handle = conn.lock_handle().await.map_err(|e| bad(&e))?;
+            let mut rows = RawRows::prepare(&mut handle, &sql).map_err(|e| bad(&e))?;
+            while rows.step().map_err(|e| bad(&e))? && f(&rows)? {}
+            Ok(())
+        })
+    }
+
+    /// Steps through the rows of `q`, calling `f` on each.
+    fn query(&mut self, q: Query, mut f: impl FnMut(&RawRows<'_>) -> Result<()>) -> Result<u64> {
+        let Query { sqls, key } = q;
         let path = self.path;
         let progress = self.progress;
         let conn = &mut self.conn;
@@ -128,15 +234,30 @@ impl<'p> Source<'p> {
         };
         self.rt.block_on(async move {
             let mut handle = conn.lock_handle().await.map_err(|e| bad(&e))?;
-            let mut rows = RawRows::prepare(&mut handle, &sql).map_err(|e| bad(&e))?;
+            let mut cursors = RawRows::prepare_each(&mut handle, &sqls).map_err(|e| bad(&e))?;
+            // The statement to step next, by (its row's key, its place in `sqls`).
+            let mut next = BinaryHeap::with_capacity(cursors.len());
+            for (k, c) in cursors.iter_mut().enumerate() {
+                if c.step().map_err(|e| bad(&e))? {
+                    next.push(Reverse((c.int(key), k)));
+                }
+            }
             let mut n = 0;
-            while rows.step().map_err(|e| bad(&e))? {
-                f(&rows)?;
+            while let Some(mut top) = next.peek_mut() {
+                let k = top.0 .1;
+                let c = &mut cursors[k];
+                f(c)?;
                 n += 1;
                 if n % PROGRESS_EVERY == 0 {
                     if let Some(p) = progress {
                         p.add_events(PROGRESS_EVERY);
                     }
+                }
+                if c.step().map_err(|e| bad(&e))? {
+                    // Moved back into place when `top` drops.
+                    top.0 = (c.int(key), k);
+                } else {
+                    PeekMut::pop(top);
                 }
             }
             if let Some(p) = progress {
@@ -175,10 +296,11 @@ fn get_text(r: &RawRows<'_>, i: usize) -> Option<String> {
     r.text(i).map(str::to_string)
 }
 
-/// Maps nsys StringIds to the run's interned strings, interning on first use.
+/// Maps nsys StringIds to the run's interned strings, interning on first use (looked up once
+/// an event: a fast hash matters here).
 struct Names {
-    source: HashMap<i64, String>,
-    ours: HashMap<i64, StrId>,
+    source: FxHashMap<i64, String>,
+    ours: FxHashMap<i64, StrId>,
 }
 
 impl Names {
@@ -248,7 +370,7 @@ pub(crate) fn import(
         }
     }
 
-    let mut source_strings = HashMap::new();
+    let mut source_strings = FxHashMap::default();
     if let Some(sql) = src.select("StringIds", &["id", "value"], "") {
         src.rows(sql, |r| {
             if let (Some(id), Some(v)) = (get_i64(r, 0), get_text(r, 1)) {
@@ -259,7 +381,7 @@ pub(crate) fn import(
     }
     let mut names = Names {
         source: source_strings,
-        ours: HashMap::new(),
+        ours: FxHashMap::default(),
     };
 
     let mut w = Writer::create(output, create)?;
@@ -269,7 +391,7 @@ pub(crate) fn import(
     let mut devices: BTreeMap<i64, Device> = BTreeMap::new();
 
     // Kernels.
-    if let Some(sql) = src.select(
+    if let Some(sql) = src.by_start(
         "CUPTI_ACTIVITY_KIND_KERNEL",
         &[
             "start",
@@ -291,9 +413,8 @@ pub(crate) fn import(
             "dynamicSharedMemory",
             "graphId",
         ],
-        "ORDER BY start",
-    ) {
-        source_events += src.rows(sql, |r| {
+    )? {
+        source_events += src.query(sql, |r| {
             let name = names
                 .get(&mut w, get_i64(r, 6))
                 .or_else(|| names.get(&mut w, get_i64(r, 7)))
@@ -329,7 +450,7 @@ pub(crate) fn import(
         ("CUPTI_ACTIVITY_KIND_MEMCPY", MemopKind::Memcpy),
         ("CUPTI_ACTIVITY_KIND_MEMSET", MemopKind::Memset),
     ] {
-        let Some(sql) = src.select(
+        let Some(sql) = src.by_start(
             table,
             &[
                 "start",
@@ -342,11 +463,11 @@ pub(crate) fn import(
                 "copyKind",
                 "value",
             ],
-            "ORDER BY start",
-        ) else {
+        )?
+        else {
             continue;
         };
-        source_events += src.rows(sql, |r| {
+        source_events += src.query(sql, |r| {
             w.memop(Memop {
                 kind,
                 start_ns: get_i64(r, 0).unwrap_or(0),
@@ -370,7 +491,7 @@ pub(crate) fn import(
     }
 
     // CUDA runtime and driver calls (eventClass 0 = runtime, 1 = driver).
-    if let Some(sql) = src.select(
+    if let Some(sql) = src.by_start(
         "CUPTI_ACTIVITY_KIND_RUNTIME",
         &[
             "start",
@@ -381,9 +502,8 @@ pub(crate) fn import(
             "nameId",
             "returnValue",
         ],
-        "ORDER BY start",
-    ) {
-        source_events += src.rows(sql, |r| {
+    )? {
+        source_events += src.query(sql, |r| {
             let (pid, tid) = split_global_tid(get_i64(r, 3).unwrap_or(0));
             let name = names
                 .get(&mut w, get_i64(r, 5))
@@ -409,7 +529,7 @@ pub(crate) fn import(
     }
 
     // Synchronisation spans sit on the GPU side (device, stream), as Kineto's cuda_sync does.
-    if let Some(sql) = src.select(
+    if let Some(sql) = src.by_start(
         "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
         &[
             "start",
@@ -419,10 +539,9 @@ pub(crate) fn import(
             "correlationId",
             "syncType",
         ],
-        "ORDER BY start",
-    ) {
+    )? {
         let sync_names: HashMap<i64, String> = enum_labels(&mut src, "ENUM_CUPTI_SYNC_TYPE")?;
-        source_events += src.rows(sql, |r| {
+        source_events += src.query(sql, |r| {
             let label = get_i64(r, 5)
                 .and_then(|t| sync_names.get(&t).cloned())
                 .unwrap_or_else(|| "Synchronize".into());
@@ -442,8 +561,8 @@ pub(crate) fn import(
     }
 
     // NVTX: domain and category registrations first, so ranges can carry their names.
-    let mut domains: HashMap<i64, StrId> = HashMap::new();
-    let mut categories: HashMap<(i64, i64), StrId> = HashMap::new();
+    let mut domains: FxHashMap<i64, StrId> = FxHashMap::default();
+    let mut categories: FxHashMap<(i64, i64), StrId> = FxHashMap::default();
     if let Some(sql) = src.select(
         "NVTX_EVENTS",
         &["eventType", "domainId", "category", "text", "textId"],
@@ -463,7 +582,7 @@ pub(crate) fn import(
             Ok(())
         })?;
     }
-    if let Some(sql) = src.select(
+    if let Some(sql) = src.by_start(
         "NVTX_EVENTS",
         &[
             "start",
@@ -477,9 +596,8 @@ pub(crate) fn import(
             "text",
             "textId",
         ],
-        "ORDER BY start",
-    ) {
-        source_events += src.rows(sql, |r| {
+    )? {
+        source_events += src.query(sql, |r| {
             let kind = match get_i64(r, 2) {
                 Some(NVTX_PUSH_POP) => RangeKind::NvtxPushPop,
                 Some(NVTX_START_END) => RangeKind::NvtxStartEnd,
@@ -504,8 +622,8 @@ pub(crate) fn import(
                 }
             };
             let (pid, tid) = split_global_tid(get_i64(r, 3).unwrap_or(0));
-            let name = match get_text(r, 8) {
-                Some(t) => w.intern(&t),
+            let name = match r.text(8) {
+                Some(t) => w.intern(t),
                 None => names
                     .get(&mut w, get_i64(r, 9))
                     .unwrap_or_else(|| w.intern("")),

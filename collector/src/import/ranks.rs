@@ -544,7 +544,7 @@ pub fn import_ranks(
 pub fn ranks_by_device(store: &mut Store) -> Result<Option<RankLabels>> {
     let mut per_pid: std::collections::BTreeMap<i64, std::collections::BTreeSet<i64>> =
         Default::default();
-    store.for_each_kernel(|k| {
+    store.for_each_lean_kernel(|k| {
         if let Some(pid) = k.pid {
             per_pid.entry(pid).or_default().insert(k.device_id);
         }
@@ -595,7 +595,7 @@ fn device_ranks_of(path: &Path, source_path: &str) -> Result<Option<(Vec<RankInf
     };
     let strings = store.strings()?;
     let mut per_device: std::collections::BTreeMap<i64, Vec<Collective>> = Default::default();
-    store.for_each_kernel(|k| {
+    store.for_each_lean_kernel(|k| {
         if is_collective(strings.get(k.name)) {
             per_device.entry(k.device_id).or_default().push(Collective {
                 key: k.name.0 as u32,

@@ -100,29 +100,46 @@ pub(crate) fn put_varint(out: &mut Vec<u8>, v: u64) {
         out.push(v as u8);
         return;
     }
+    let (b, n) = varint_bytes(v);
+    out.extend_from_slice(&b[..n]);
+}
+
+/// `v` as SQLite's variable-length integer: the bytes, and how many of them it takes.
+#[inline]
+fn varint_bytes(v: u64) -> ([u8; 9], usize) {
+    let mut b = [0u8; 9];
     if v > 0x00ff_ffff_ffff_ffff {
         // Nine bytes: eight of seven bits, then a full byte.
-        let mut b = [0u8; 9];
         b[8] = v as u8;
         let mut x = v >> 8;
         for i in (0..8).rev() {
             b[i] = (x & 0x7f) as u8 | 0x80;
             x >>= 7;
         }
-        out.extend_from_slice(&b);
-        return;
+        return (b, 9);
     }
-    let mut b = [0u8; 9];
-    let mut n = 0;
+    let n = varint_len(v);
     let mut x = v;
-    while x > 0 {
-        b[n] = (x & 0x7f) as u8 | 0x80;
+    for i in (0..n).rev() {
+        b[i] = (x & 0x7f) as u8 | 0x80;
         x >>= 7;
-        n += 1;
     }
-    b[0] &= 0x7f;
-    b[..n].reverse();
-    out.extend_from_slice(&b[..n]);
+    b[n - 1] &= 0x7f;
+    (b, n)
+}
+
+/// Writes `v` as a varint at the start of `out` and returns the bytes it took.
+#[inline]
+fn write_varint(out: &mut [u8], v: u64) -> usize {
+    if v <= 0x7f {
+        out[0] = v as u8;
+        return 1;
+    }
+    let (b, n) = varint_bytes(v);
+    for (o, &x) in out.iter_mut().zip(&b[..n]) {
+        *o = x;
+    }
+    n
 }
 
 fn varint_len(v: u64) -> usize {
@@ -167,7 +184,14 @@ impl Record {
             _ => (6, 8),
         };
         self.types.push(t);
-        self.body.extend_from_slice(&v.to_be_bytes()[8 - n..]);
+        if n > 0 {
+            // All eight bytes, the value's lowest `n` first, then the rest dropped: a store of
+            // a constant size rather than a copy of a variable one.
+            let len = self.body.len();
+            self.body
+                .extend_from_slice(&((v as u64) << (64 - 8 * n)).to_be_bytes());
+            self.body.truncate(len + n);
+        }
     }
 
     pub(crate) fn opt(&mut self, v: Option<i64>) {
@@ -187,17 +211,36 @@ impl Record {
         self.body.extend_from_slice(s.as_bytes());
     }
 
+    /// The header's length, which counts its own varint.
+    fn header_len(&self) -> usize {
+        let len = self.types.len() + 1;
+        if varint_len(len as u64) > 1 {
+            self.types.len() + varint_len(self.types.len() as u64 + 2)
+        } else {
+            len
+        }
+    }
+
+    /// The record's length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.header_len() + self.body.len()
+    }
+
+    /// Writes the record into `out`, which is [`Record::len`] bytes long.
+    fn write_to(&self, out: &mut [u8]) {
+        let h = write_varint(out, self.header_len() as u64);
+        let (types, body) = out[h..].split_at_mut(self.types.len());
+        types.copy_from_slice(&self.types);
+        body.copy_from_slice(&self.body);
+    }
+
     /// The record's bytes, in `self.out`.
     pub(crate) fn finish(&mut self) -> &[u8] {
         self.out.clear();
-        // The header's length counts its own varint.
-        let mut len = self.types.len() + 1;
-        if varint_len(len as u64) > 1 {
-            len = self.types.len() + varint_len(self.types.len() as u64 + 2);
-        }
-        put_varint(&mut self.out, len as u64);
-        self.out.extend_from_slice(&self.types);
-        self.out.extend_from_slice(&self.body);
+        self.out.resize(self.len(), 0);
+        let mut out = std::mem::take(&mut self.out);
+        self.write_to(&mut out);
+        self.out = out;
         &self.out
     }
 }
@@ -254,6 +297,16 @@ impl Page {
         self.cells += 1;
     }
 
+    /// Adds a cell of `len` bytes that `write` fills in place.
+    fn push_with(&mut self, len: usize, write: impl FnOnce(&mut [u8])) {
+        debug_assert!(self.fits(len));
+        self.content -= len;
+        write(&mut self.buf[self.content..self.content + len]);
+        let at = self.header + 2 * self.cells;
+        self.buf[at..at + 2].copy_from_slice(&(self.content as u16).to_be_bytes());
+        self.cells += 1;
+    }
+
     /// The finished page; `right` is an interior page's right-most child.
     fn seal(&mut self, right: Option<u32>) -> &[u8] {
         self.buf[3..5].copy_from_slice(&(self.cells as u16).to_be_bytes());
@@ -301,34 +354,49 @@ impl TableTree {
         &mut self,
         file: &mut PageFile,
         rowid: i64,
-        record: &[u8],
+        record: &mut Record,
     ) -> std::io::Result<()> {
         debug_assert!(self.rows == 0 || rowid > self.last_rowid);
         let geo = file.geometry();
         let u = geo.usable;
-        self.cell.clear();
-        put_varint(&mut self.cell, record.len() as u64);
-        put_varint(&mut self.cell, rowid as u64);
+        let payload = record.len();
         // How much of the payload stays on the leaf (the rest goes to overflow pages).
         let max_local = u - 35;
-        if record.len() <= max_local {
-            self.cell.extend_from_slice(record);
+        if payload <= max_local {
+            // The usual row: its cell is written straight into the leaf.
+            let len = varint_len(payload as u64) + varint_len(rowid as u64) + payload;
+            self.make_room(file, len)?;
+            self.leaf.push_with(len, |cell| {
+                let mut at = write_varint(cell, payload as u64);
+                at += write_varint(&mut cell[at..], rowid as u64);
+                record.write_to(&mut cell[at..]);
+            });
         } else {
+            let record = record.finish();
+            self.cell.clear();
+            put_varint(&mut self.cell, record.len() as u64);
+            put_varint(&mut self.cell, rowid as u64);
             let min_local = (u - 12) * 32 / 255 - 23;
             let k = min_local + (record.len() - min_local) % (u - 4);
             let local = if k <= max_local { k } else { min_local };
             self.cell.extend_from_slice(&record[..local]);
             let first = self.write_overflow(file, &record[local..])?;
             self.cell.extend_from_slice(&first.to_be_bytes());
+            self.make_room(file, self.cell.len())?;
+            self.leaf.push(&self.cell);
         }
-        if !self.leaf.fits(self.cell.len()) {
+        self.last_rowid = rowid;
+        self.rows += 1;
+        Ok(())
+    }
+
+    /// Writes the leaf out and starts the next one if a cell of `len` bytes does not fit.
+    fn make_room(&mut self, file: &mut PageFile, len: usize) -> std::io::Result<()> {
+        if !self.leaf.fits(len) {
             let n = file.append(self.leaf.seal(None))?;
             self.leaves.push((n, self.last_rowid));
             self.leaf.reset(TABLE_LEAF);
         }
-        self.leaf.push(&self.cell);
-        self.last_rowid = rowid;
-        self.rows += 1;
         Ok(())
     }
 
@@ -489,12 +557,16 @@ impl<K: IndexKey> IndexTree<K> {
         let geo = file.geometry();
         let mut rec = Record::default();
         let mut cell = Vec::new();
-        // Entry `i` as a leaf cell (its record's length, then the record) in `cell`.
         let entries = &self.entries;
-        let mut leaf_cell = |cell: &mut Vec<u8>, i: usize| {
+        // Entry `i`'s record, in `rec`.
+        let record = |rec: &mut Record, i: usize| {
             rec.clear();
-            entries[i].0.write(&mut rec);
+            entries[i].0.write(rec);
             rec.int(entries[i].1);
+        };
+        // Entry `i` as a leaf cell (its record's length, then the record) in `cell`.
+        let leaf_cell = |rec: &mut Record, cell: &mut Vec<u8>, i: usize| {
+            record(rec, i);
             let r = rec.finish();
             cell.clear();
             put_varint(cell, r.len() as u64);
@@ -513,25 +585,31 @@ impl<K: IndexKey> IndexTree<K> {
         let mut first = 0;
         let mut i = 0;
         while i < n {
-            let head = leaf_cell(&mut cell, i);
-            debug_assert!(cell.len() - head <= max_local);
-            if page.fits(cell.len()) {
-                page.push(&cell);
+            record(&mut rec, i);
+            let payload = rec.len();
+            debug_assert!(payload <= max_local);
+            let len = varint_len(payload as u64) + payload;
+            if page.fits(len) {
+                // The usual entry: its cell is written straight into the leaf.
+                page.push_with(len, |cell| {
+                    let at = write_varint(cell, payload as u64);
+                    rec.write_to(&mut cell[at..]);
+                });
                 i += 1;
                 continue;
             }
             // The page is full: entry i separates it from the next leaf, which must not be
             // empty. When i is the last entry, the page's own last entry moves up instead.
             let next = if i + 1 < n {
-                seps.push(cell[head..].to_vec());
+                seps.push(rec.finish().to_vec());
                 i + 1
             } else {
                 page.reset(INDEX_LEAF);
                 for j in first..i - 1 {
-                    leaf_cell(&mut cell, j);
+                    leaf_cell(&mut rec, &mut cell, j);
                     page.push(&cell);
                 }
-                let head = leaf_cell(&mut cell, i - 1);
+                let head = leaf_cell(&mut rec, &mut cell, i - 1);
                 seps.push(cell[head..].to_vec());
                 i
             };

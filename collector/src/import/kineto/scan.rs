@@ -32,6 +32,26 @@ type Scan<T> = Result<T, ScanError>;
 /// own limit, and its own error for it).
 const MAX_DEPTH: u32 = 64;
 
+/// Words of eight bytes [`Scanner::str_end`] tests itself before it hands a longer string to
+/// memchr.
+const SHORT_WORDS: usize = 4;
+
+/// Flags (high bit of its byte) the first byte of `word` (little-endian) that ends a plain
+/// string or leaves it to serde_json: a quote, a backslash or a control character. Bytes after
+/// the first flagged one may be flagged wrongly (a borrow carries into them), so only the
+/// lowest flag counts.
+#[inline]
+fn string_stops(word: u64) -> u64 {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let zero_byte = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
+    let quote = zero_byte(word ^ (ONES * b'"' as u64));
+    let backslash = zero_byte(word ^ (ONES * b'\\' as u64));
+    // A byte below 0x20 borrows when 0x20 is taken from it.
+    let control = word.wrapping_sub(ONES * 0x20) & !word & HIGH;
+    quote | backslash | control
+}
+
 /// Event keys, as bits, to find a duplicate (serde's derived structs refuse them).
 const PH: u32 = 1;
 const CAT: u32 = 1 << 1;
@@ -145,7 +165,7 @@ impl<'a> Scanner<'a> {
                     for (key, value) in fields {
                         match value {
                             Some(Num::Text(t)) => sink.w.meta(key, t),
-                            Some(v) => sink.w.meta(key, v.into_i64().unwrap_or_default()),
+                            Some(v) => sink.w.meta(key, v.as_i64().unwrap_or_default()),
                             None => {}
                         }
                     }
@@ -153,7 +173,7 @@ impl<'a> Scanner<'a> {
                 }
                 "baseTimeNanoseconds" => {
                     let (v, n) = self.serde::<Num<'a>>(j)?;
-                    if let Some(ns) = v.into_i64() {
+                    if let Some(ns) = v.as_i64() {
                         sink.w.meta("base_time_ns", ns);
                     }
                     n
@@ -183,12 +203,21 @@ impl<'a> Scanner<'a> {
         if self.at(j) == b']' {
             return Ok(j + 1);
         }
+        // Filled in place event after event: an event with its args is several hundred bytes,
+        // too many to move around for each.
+        let mut event = RawEvent::default();
         loop {
-            let (event, n) = match self.event(j) {
-                Some(e) => e,
-                None => self.serde::<RawEvent<'a>>(j)?,
+            let n = match self.event(j, &mut event) {
+                Some(n) => {
+                    sink.event(&event).map_err(ScanError::Sink)?;
+                    n
+                }
+                None => {
+                    let (event, n) = self.serde::<RawEvent<'a>>(j)?;
+                    sink.event(&event).map_err(ScanError::Sink)?;
+                    n
+                }
             };
-            sink.event(event).map_err(ScanError::Sink)?;
             j = self.ws(n);
             match self.at(j) {
                 b',' => {
@@ -207,14 +236,28 @@ impl<'a> Scanner<'a> {
     /// and no control character.
     #[inline]
     fn str_end(&self, i: usize) -> Option<usize> {
-        let rest = self.b.get(i..)?;
+        // Most strings (keys, phases, categories, ids) are a few bytes long: eight bytes at a
+        // time for the first ones, where memchr would spend more setting up than searching.
+        let mut j = i;
+        for _ in 0..SHORT_WORDS {
+            let Some(word) = self.b.get(j..j + 8) else {
+                break;
+            };
+            let m = string_stops(u64::from_le_bytes(word.try_into().ok()?));
+            if m != 0 {
+                let k = j + (m.trailing_zeros() / 8) as usize;
+                return (self.b[k] == b'"').then_some(k);
+            }
+            j += 8;
+        }
+        let rest = self.b.get(j..)?;
         let k = memchr::memchr2(b'"', b'\\', rest)?;
         let s = &rest[..k];
         // Branch-free over the whole string, so that it vectorises.
         if rest[k] != b'"' || s.iter().fold(false, |bad, &c| bad | (c < 0x20)) {
             return None;
         }
-        Some(i + k)
+        Some(j + k)
     }
 
     /// A string value (contents, byte after it) or `null`.
@@ -430,19 +473,10 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    /// One event in Kineto's usual shape, or `None` for serde_json to read it.
-    fn event(&self, i: usize) -> Option<(RawEvent<'a>, usize)> {
-        let mut e = RawEvent {
-            ph: None,
-            cat: None,
-            name: None,
-            pid: None,
-            tid: None,
-            ts: None,
-            dur: None,
-            id: None,
-            args: None,
-        };
+    /// One event in Kineto's usual shape into `e`, and the byte after it; `None` for serde_json
+    /// to read it.
+    fn event(&self, i: usize, e: &mut RawEvent<'a>) -> Option<usize> {
+        *e = RawEvent::default();
         let mut seen = 0u32;
         let end = self.members(i, |key, j| {
             let bit = match key {
@@ -495,18 +529,15 @@ impl<'a> Scanner<'a> {
                     n
                 }),
                 _ if self.at(j) == b'n' => self.literal(j, b"null"),
-                _ => self.args(j).map(|(a, n)| {
-                    e.args = Some(a);
-                    n
-                }),
+                _ => self.args(j, e.args.insert(Args::default())),
             }
         })?;
-        Some((e, end))
+        Some(end)
     }
 
-    /// An event's `args`, or `None` for serde_json to read the event.
-    fn args(&self, i: usize) -> Option<(Args<'a>, usize)> {
-        let mut a = Args::default();
+    /// An event's `args` into `a` (empty), and the byte after them; `None` for serde_json to
+    /// read the event.
+    fn args(&self, i: usize, a: &mut Args<'a>) -> Option<usize> {
         let mut seen = 0u32;
         let end = self.members(i, |key, j| {
             let bit = match key {
@@ -558,6 +589,37 @@ impl<'a> Scanner<'a> {
             *num = v;
             Some(n)
         })?;
-        Some((a, end))
+        Some(end)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::string_stops;
+
+    #[test]
+    fn string_stops_flag_the_first_quote_backslash_or_control_byte() {
+        let samples = [
+            b'a', b' ', b'"', b'\\', 0, 0x1f, 0x20, 0x7f, 0x80, 0x9f, 0xa0, 0xff,
+        ];
+        // Every word of two sample bytes over a background byte, at every pair of positions.
+        for &bg in &[b'x', 0xc3] {
+            for &p in &samples {
+                for &q in &samples {
+                    for i in 0..8 {
+                        for j in 0..8 {
+                            let mut w = [bg; 8];
+                            w[i] = p;
+                            w[j] = q;
+                            let stop = |c: u8| c == b'"' || c == b'\\' || c < 0x20;
+                            let want = w.iter().position(|&c| stop(c));
+                            let m = string_stops(u64::from_le_bytes(w));
+                            let got = (m != 0).then(|| (m.trailing_zeros() / 8) as usize);
+                            assert_eq!(got, want, "{w:?}");
+                        }
+                    }
+                }
+            }
+        }
     }
 }
