@@ -604,6 +604,7 @@ fn run(command: Command) -> Result<ExitCode> {
             let cfg = AdviseConfig {
                 step,
                 min_saving_pct,
+                ..AdviseConfig::default()
             };
             let advice = fuseprof_fusion_advisor::advise_file(&run, &cfg)?;
             if json {

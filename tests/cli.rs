@@ -132,7 +132,13 @@ fn bad_input_gets_one_line_and_a_failing_exit_code() {
         vec!["import", "/no/such/file.json", "-o", s(&out)],
         vec!["info", s(&junk)],
         vec!["export", s(&junk), "-o", s(&out)],
-        vec!["bench", "--apply", "window_attention,fast_mlp", "--", "true"],
+        vec![
+            "bench",
+            "--apply",
+            "window_attention,fast_mlp",
+            "--",
+            "true",
+        ],
     ] {
         let o = fuseprof(&args);
         assert_eq!(o.status.code(), Some(1), "{args:?}");

@@ -62,6 +62,10 @@ pub struct AdviseConfig {
     /// Proposals expected to save less than this share of the step (percent) are listed as
     /// not proposed.
     pub min_saving_pct: f64,
+    /// Also propose replacements the estimate expects no saving from (for `bench` to measure:
+    /// the estimate's efficiency comes from a benchmark on a cold cache, and the chain's time
+    /// from the run).
+    pub unprofitable: bool,
 }
 
 impl Default for AdviseConfig {
@@ -69,6 +73,7 @@ impl Default for AdviseConfig {
         AdviseConfig {
             step: None,
             min_saving_pct: 0.2,
+            unprofitable: false,
         }
     }
 }
@@ -597,7 +602,7 @@ pub fn advise_trace(trace: &OpTrace, cfg: &AdviseConfig) -> Result<Advice> {
             let backend = rules::sdpa_backend(first[0], &trace.kernel_names);
             title = format!("SDPA ({backend} backend) -> fMHA");
         }
-        if saving <= 0.0 {
+        if saving <= 0.0 && !cfg.unprofitable {
             not_proposed.push(not(format!(
                 "no saving expected: the chain takes {:.1} us per instance, the bundled kernel \
                  is expected at {:.1} us",
@@ -606,7 +611,7 @@ pub fn advise_trace(trace: &OpTrace, cfg: &AdviseConfig) -> Result<Advice> {
             )));
             continue;
         }
-        if pct_of_step(saving) < cfg.min_saving_pct {
+        if pct_of_step(saving) < cfg.min_saving_pct && !cfg.unprofitable {
             not_proposed.push(not(format!(
                 "expected saving {:.2}% of the step, under --min-saving-pct {}",
                 pct_of_step(saving),

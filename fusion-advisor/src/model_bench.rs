@@ -186,6 +186,8 @@ pub struct Choice {
     pub named: bool,
     pub advised: Vec<Advised>,
     pub patterns: Vec<PatternChoice>,
+    /// Chains advise matched but could not propose (so bench did not measure them), and why.
+    pub not_proposed: Vec<crate::NotProposed>,
 }
 
 /// The patch layer's patterns (`PATTERNS` in `python/patch/fuseprof_patch.py`); `default`
@@ -292,6 +294,7 @@ pub fn choose(rows: &[crate::bench::BenchRow]) -> Choice {
         named: false,
         advised,
         patterns,
+        not_proposed: Vec::new(),
     }
 }
 
@@ -443,8 +446,8 @@ fn command_python(command: &[OsString]) -> Option<PathBuf> {
 }
 
 /// The advised patterns: the baseline run once in eager mode with op shapes, `advise` on it
-/// (every proposal that saves anything), `bench` on each proposal's recorded shapes, then
-/// [`choose`].
+/// (every chain a bundled kernel replaces, saving expected or not), `bench` on each proposal's
+/// recorded shapes, then [`choose`].
 fn advised_choice(
     traced: &Traced,
     lib: &Path,
@@ -464,12 +467,15 @@ fn advised_choice(
         python: command_python(&traced.cfg.command),
         kernels_lib: Some(lib.to_path_buf()),
         compile: false,
+        // Every chain a bundled kernel replaces exactly is measured, whatever its estimate:
+        // the measurement decides.
         advise: AdviseConfig {
-            min_saving_pct: 0.0,
+            unprofitable: true,
             ..AdviseConfig::default()
         },
         ..crate::bench::BenchConfig::default()
     };
+    let not_proposed = crate::advise_file(&run, &bench_cfg.advise)?.not_proposed;
     let report = match crate::bench::bench(&run, &bench_cfg) {
         Ok(r) => r,
         Err(Error::NothingToBench { .. }) => {
@@ -486,7 +492,8 @@ fn advised_choice(
         }
     };
     progress.inc(1);
-    let choice = choose(&report.rows);
+    let mut choice = choose(&report.rows);
+    choice.not_proposed = not_proposed;
     if choice.apply.is_empty() {
         let why = choice
             .patterns
@@ -572,6 +579,7 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
             named: true,
             advised: Vec::new(),
             patterns: Vec::new(),
+            not_proposed: Vec::new(),
         },
         None => {
             let (choice, run) = advised_choice(&traced, &lib, &progress)?;
@@ -839,6 +847,13 @@ fn render_choice(o: &mut String, c: &Choice) {
             a.unpatchable.as_deref().unwrap_or("")
         );
     }
+    for n in &c.not_proposed {
+        let _ = writeln!(
+            o,
+            "  {:<18} x{:.0}/step not measured: {}",
+            n.pattern, n.instances_per_step, n.reason
+        );
+    }
 }
 
 /// The before/after table for people.
@@ -1003,6 +1018,59 @@ mod tests {
         let unchecked = json!({"modules": {"M/b": {"rel_error": 3e-4, "passed": true}}});
         assert!(!verdict(&unchecked).0);
         assert!(!verdict(&serde_json::Value::Null).0);
+    }
+
+    #[test]
+    fn the_choice_says_what_was_applied_left_out_and_not_measured() {
+        let c = Choice {
+            apply: vec!["window_attention".into()],
+            named: false,
+            advised: Vec::new(),
+            patterns: vec![
+                PatternChoice {
+                    pattern: "window_attention".into(),
+                    applied: true,
+                    proposals: 7,
+                    measured_saving_us_per_step: 3316.6,
+                    why_not: None,
+                },
+                PatternChoice {
+                    pattern: "gemm_residual".into(),
+                    applied: false,
+                    proposals: 2,
+                    measured_saving_us_per_step: -4.0,
+                    why_not: Some(
+                        "measured slower than the eager chains (-4.0 us per step)".into(),
+                    ),
+                },
+            ],
+            not_proposed: vec![crate::NotProposed {
+                pattern: "sdpa".into(),
+                ops: Vec::new(),
+                modules: Vec::new(),
+                instances: 36,
+                instances_per_step: 12.0,
+                current_ns_per_step: 228_500.0,
+                reason: "a mask the fMHA does not take".into(),
+            }],
+        };
+        let mut o = String::new();
+        render_choice(&mut o, &c);
+        assert!(
+            o.contains(
+                "window_attention    7 proposal(s), measured   -3316.6 us per step  applied"
+            ),
+            "{o}"
+        );
+        assert!(o.contains("left out: measured slower"), "{o}");
+        assert!(
+            o.contains("sdpa               x12/step not measured: a mask the fMHA does not take"),
+            "{o}"
+        );
+        let named = Choice { named: true, ..c };
+        let mut o = String::new();
+        render_choice(&mut o, &named);
+        assert_eq!(o, "applied (named with --apply): window_attention\n");
     }
 
     #[test]

@@ -730,15 +730,35 @@ fn measured(
 #[test]
 fn the_default_applies_each_pattern_whose_proposals_measured_faster_and_within_tolerance() {
     use fuseprof_fusion_advisor::model_bench::choose;
+    let swin = store_for("recordings/swin_t_infer_modules.sqlite.gz");
     let cfg = AdviseConfig {
-        min_saving_pct: 0.0,
+        unprofitable: true,
         ..AdviseConfig::default()
     };
-    let a = advise_file(
-        &store_for("recordings/swin_t_infer_modules.sqlite.gz"),
-        &cfg,
-    )
-    .unwrap();
+    let a = advise_file(&swin, &cfg).unwrap();
+    // Chains the estimate expects nothing from are proposed too, for bench to measure; the
+    // tanh-form GEMM + GELU among them is never chosen (below).
+    let plain = advise_file(&swin, &AdviseConfig::default()).unwrap();
+    assert!(plain.proposals.iter().all(|p| p.pattern != "gemm_gelu"));
+    assert!(a.proposals.iter().any(|p| p.pattern == "gemm_gelu"));
+    assert!(a.proposals.len() > plain.proposals.len());
+    // BERT's SDPA, expected no faster as the fMHA, goes to bench all the same.
+    let bert = store_for("recordings/bert_base_infer_shapes.sqlite.gz");
+    let b = advise_file(&bert, &cfg).unwrap();
+    let plain = advise_file(&bert, &AdviseConfig::default()).unwrap();
+    assert!(plain.proposals.iter().all(|p| p.pattern != "sdpa"));
+    assert!(
+        b.proposals.iter().any(|p| p.pattern == "sdpa"),
+        "{}",
+        summary(&b)
+    );
+    let c = choose(
+        &b.proposals
+            .iter()
+            .map(|p| measured(p, 10.0, 50.0, "passed"))
+            .collect::<Vec<_>>(),
+    );
+    assert!(c.apply.iter().any(|p| p == "full_attention"), "{c:#?}");
     // Every chain faster: every pattern advise proposed on Swin-T goes to the patch layer.
     let rows: Vec<_> = a
         .proposals
