@@ -365,6 +365,41 @@ fn a_head_dim_the_kernel_lacks_is_not_proposed() {
 }
 
 #[test]
+fn an_sdpa_mask_expanded_over_the_queries_is_taken_as_key_padding_with_the_assumption_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let sdpa = |mask: &'static str| {
+        [Op(
+            "aten::scaled_dot_product_attention",
+            mask,
+            "[\"c10::Half\", \"c10::Half\", \"c10::Half\", \"bool\"]",
+            40_000,
+        )]
+    };
+    let cfg = AdviseConfig {
+        unprofitable: true,
+        ..AdviseConfig::default()
+    };
+    let expanded = "[[64, 12, 128, 64], [64, 12, 128, 64], [64, 12, 128, 64], [64, 1, 128, 128]]";
+    let a = advise_file(&handmade(dir.path(), "hf", &sdpa(expanded), true), &cfg).unwrap();
+    assert_eq!(a.proposals.len(), 1, "{}", summary(&a));
+    let p = &a.proposals[0];
+    assert_eq!(p.params["key_mask"], 1);
+    assert!(p
+        .assumptions
+        .iter()
+        .any(|x| x.contains("expanded over the queries")));
+    // A mask over other query and key lengths is not a key-padding mask.
+    let other = "[[64, 12, 128, 64], [64, 12, 128, 64], [64, 12, 128, 64], [64, 12, 128, 128]]";
+    let a = advise_file(&handmade(dir.path(), "other", &sdpa(other), true), &cfg).unwrap();
+    assert!(a.proposals.is_empty(), "{}", summary(&a));
+    assert!(
+        a.not_proposed[0].reason.contains("key-padding mask"),
+        "{}",
+        summary(&a)
+    );
+}
+
+#[test]
 fn a_run_without_shapes_says_how_to_record_them() {
     let dir = tempfile::tempdir().unwrap();
     let e = advise(&handmade(

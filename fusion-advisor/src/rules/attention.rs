@@ -114,6 +114,17 @@ fn full_attention(
         None => false,
         Some(&[mb, 1, 1, n]) if (mb == b || mb == 1) && n == seq => true,
         Some(&[mb, n]) if mb == b && n == seq => true,
+        // Hugging Face's SDPA path hands the [B, N] padding mask on expanded over the query
+        // rows; the recorded shape cannot tell that from a mask that differs per query.
+        Some(&[mb, 1, nq, n]) if mb == b && nq == seq && n == seq => {
+            assumptions.push(
+                "a [B, 1, N, N] mask, taken as a key-padding mask expanded over the queries \
+                 (as Hugging Face's SDPA path passes one); a mask that differs per query is not \
+                 replaced"
+                    .into(),
+            );
+            true
+        }
         Some(other) => {
             return Verdict::NotProposed(format!(
                 "an additive mask of shape {other:?}: the fMHA takes a key-padding mask \
