@@ -191,8 +191,13 @@ pub fn select<'a>(advice: &'a Advice, cfg: &BenchConfig) -> Result<Vec<&'a Propo
 
 /// Measures the selected proposals of the run at `run` and records the results in it.
 pub fn bench(run: &Path, cfg: &BenchConfig) -> Result<BenchReport> {
-    let advice = advise_file(run, &cfg.advise)?;
-    let chosen = select(&advice, cfg)?;
+    bench_advice(run, &advise_file(run, &cfg.advise)?, cfg)
+}
+
+/// Measures the selected proposals of `advice`, the advice on the run at `run` (made with
+/// `cfg.advise`), and records the results in the run.
+pub fn bench_advice(run: &Path, advice: &Advice, cfg: &BenchConfig) -> Result<BenchReport> {
+    let chosen = select(advice, cfg)?;
     let lib = find_kernels_lib(cfg.kernels_lib.as_deref())?;
     let dir = tempdir()?;
     let job = Job {

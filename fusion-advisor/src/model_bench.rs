@@ -234,7 +234,6 @@ pub fn choose(rows: &[crate::bench::BenchRow]) -> Choice {
     let advised: Vec<Advised> = rows
         .iter()
         .map(|r| {
-            let (ours, eager) = (r.measured.ours_ns / 1e3, r.measured.baseline_ns / 1e3);
             let pp = patch_pattern(&r.proposal);
             Advised {
                 id: r.proposal.id.clone(),
@@ -244,9 +243,9 @@ pub fn choose(rows: &[crate::bench::BenchRow]) -> Choice {
                 instances_per_step: r.proposal.instances_per_step,
                 expected_saving_us_per_step: r.proposal.saving_ns_per_step / 1e3,
                 status: r.measured.status.clone(),
-                ours_us: ours,
-                eager_us: eager,
-                measured_saving_us_per_step: (eager - ours) * r.proposal.instances_per_step,
+                ours_us: r.measured.ours_ns / 1e3,
+                eager_us: r.measured.baseline_ns / 1e3,
+                measured_saving_us_per_step: r.measured_saving_ns_per_step / 1e3,
             }
         })
         .collect();
@@ -475,8 +474,8 @@ fn advised_choice(
         },
         ..crate::bench::BenchConfig::default()
     };
-    let not_proposed = crate::advise_file(&run, &bench_cfg.advise)?.not_proposed;
-    let report = match crate::bench::bench(&run, &bench_cfg) {
+    let advice = crate::advise_file(&run, &bench_cfg.advise)?;
+    let report = match crate::bench::bench_advice(&run, &advice, &bench_cfg) {
         Ok(r) => r,
         Err(Error::NothingToBench { .. }) => {
             return Err(Error::Bench(format!(
@@ -493,7 +492,7 @@ fn advised_choice(
     };
     progress.inc(1);
     let mut choice = choose(&report.rows);
-    choice.not_proposed = not_proposed;
+    choice.not_proposed = advice.not_proposed;
     if choice.apply.is_empty() {
         let why = choice
             .patterns
