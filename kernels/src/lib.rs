@@ -69,7 +69,7 @@ pub use error::{Error, Result};
 pub use runtime::{DevPtr, Gpu, LaunchConfig, RawStream, Source};
 
 /// Every kernel source of the crate, as its family declares it.
-pub fn all_sources() -> [Source; 6] {
+pub fn all_sources() -> [Source; 7] {
     [
         attention::short::SOURCE,
         attention::long::SOURCE,
@@ -77,6 +77,7 @@ pub fn all_sources() -> [Source; 6] {
         window::SOURCE,
         elementwise::SOURCE,
         mlp::SOURCE,
+        mlp::SOURCE_SM90,
     ]
 }
 

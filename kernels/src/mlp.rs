@@ -8,11 +8,16 @@
 //! models keep the GEMMs. At C = 96 with hidden 4C both weights fit in shared memory: a
 //! persistent kernel loads them once per SM ([`RESIDENT_WIDTH`]); elsewhere they stream through
 //! it in chunks of 64 hidden columns.
+//!
+//! On sm_90 GPUs the same function runs as `ln_mlp_residual_wg` (`mlp_sm90.cu`): warpgroup MMAs
+//! fed by TMA, so that one warpgroup's GELU overlaps the other's products.
 
 use crate::dtype::DType;
 use crate::elementwise::gelu_erf;
 use crate::error::{invalid, Result};
-use crate::runtime::{Args, DevPtr, Gpu, LaunchConfig, RawStream, Source};
+use crate::runtime::{
+    encode_tensor_map, Args, DevPtr, Gpu, LaunchConfig, RawStream, Source, TmaGeometry,
+};
 
 /// The widths `C` the kernel is built for.
 pub const SUPPORTED_WIDTHS: [u32; 3] = [96, 128, 192];
@@ -32,6 +37,21 @@ pub const SOURCE: Source = Source {
     arch_specific: None,
     kernels: &["ln_mlp_residual", "ln_mlp_residual_resident"],
 };
+
+/// `mlp_sm90.cu`, built per width for `compute_90a`, run on sm_90 GPUs.
+pub const SOURCE_SM90: Source = Source {
+    file_name: "mlp_sm90.cu",
+    text: crate::sources::MLP_SM90,
+    variants: Some(("MLP_C", &SUPPORTED_WIDTHS)),
+    arch_specific: Some((9, 0)),
+    kernels: &["ln_mlp_residual_wg"],
+};
+/// `ln_mlp_residual_wg`: two consumer warpgroups of 64 rows and a producer warp.
+const SM90_THREADS: u32 = 2 * 128 + 32;
+/// Rows per tile of `ln_mlp_residual_wg` (`MW_BM`).
+const SM90_ROWS: usize = 128;
+/// Bytes of one 64-row, 128-byte-swizzled TMA box (`MW_TILE`).
+const SM90_BOX: usize = 8192;
 
 /// The shape of one MLP call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,12 +100,47 @@ impl MlpShape {
         self.width == RESIDENT_WIDTH && self.hidden == 4 * RESIDENT_WIDTH
     }
 
+    /// Dynamic shared memory of `ln_mlp_residual_wg`: up to 1023 bytes to align the tiles to
+    /// 1024 (the swizzle atom), two slots of 128 rows, the ring's stages (W1's 64 rows and W2's
+    /// 64 columns of a hidden chunk) and the barriers; a row of width C takes ceil(C / 64) boxes
+    /// of 64 columns.
+    pub fn sm90_shared_bytes(&self) -> u32 {
+        let atoms = self.width.div_ceil(64);
+        let slot = 2 * atoms * SM90_BOX;
+        let stage = atoms * SM90_BOX + self.width * 128;
+        let ring = sm90_ring(self.width);
+        (1024 + 2 * slot + ring * stage + (2 * ring + 4) * 8) as u32
+    }
+
     /// Dynamic shared memory of the resident kernel, as `MLP_RESIDENT_SMEM_ELEMS`: both weights
     /// and two row tiles.
     pub fn resident_shared_bytes(&self) -> u32 {
         let (c, h) = (self.width, self.hidden);
         ((h * (c + 8) + c * (h + 8) + 2 * ROWS_PER_CTA * (c + 8)) * 2) as u32
     }
+}
+
+/// Stages of `ln_mlp_residual_wg`'s weight ring (`MW_RING`): 2 where 3 would not fit.
+fn sm90_ring(width: usize) -> usize {
+    if width <= 128 {
+        3
+    } else {
+        2
+    }
+}
+
+/// The TMA views `ln_mlp_residual_wg` loads through, as 4-D maps with two unit dimensions: x
+/// `[C][rows]` and W1 `[C][hidden]` in boxes of 64 columns by 64 rows, W2 `[hidden][C]` in
+/// boxes of 64 hidden columns by all C rows. Columns and rows past the end read as zeros.
+pub fn sm90_geometry(shape: &MlpShape, es: usize) -> [TmaGeometry; 3] {
+    let (c, h, m) = (shape.width as u64, shape.hidden as u64, shape.rows as u64);
+    let es = es as u64;
+    let view = |cols: u64, rows: u64, box_rows: u32| TmaGeometry {
+        dims: [cols, rows, 1, 1],
+        strides: [cols * es, cols * rows * es, cols * rows * es],
+        boxdim: [64, box_rows, 1, 1],
+    };
+    [view(c, m, 64), view(c, h, 64), view(h, c, c as u32)]
 }
 
 /// Buffers of [`launch_ln_mlp_residual`], all row-major in the element type.
@@ -140,6 +195,10 @@ pub unsafe fn launch_ln_mlp_residual(
         return Err(invalid("MLP grid too large"));
     }
     let variant = shape.width as u32;
+    if gpu.current_arch()? == (9, 0) {
+        // SAFETY: as this function's; the buffers were checked above.
+        return unsafe { launch_sm90(gpu, dtype, shape, eps, bufs, stream) };
+    }
     // Both kernels take these; the streaming one also the hidden width.
     let args = Args::default()
         .ptr(bufs.x)
@@ -188,6 +247,48 @@ pub unsafe fn launch_ln_mlp_residual(
             args,
         )
     }
+}
+
+/// `ln_mlp_residual_wg` on an sm_90 GPU: persistent, one CTA per SM at most.
+///
+/// # Safety
+/// As [`launch_ln_mlp_residual`], whose checks have passed.
+unsafe fn launch_sm90(
+    gpu: &Gpu,
+    dtype: DType,
+    shape: &MlpShape,
+    eps: f32,
+    bufs: &MlpBuffers,
+    stream: RawStream,
+) -> Result<()> {
+    let name = "ln_mlp_residual_wg";
+    let variant = shape.width as u32;
+    let smem = shape.sm90_shared_bytes();
+    let resident = gpu.resident_ctas(&SOURCE_SM90, dtype, variant, name, SM90_THREADS, smem)?;
+    let tiles = shape.rows.div_ceil(SM90_ROWS) as u64;
+    let cfg = LaunchConfig {
+        grid: (tiles.min(resident.max(1)) as u32, 1, 1),
+        block: (SM90_THREADS, 1, 1),
+        shared_bytes: smem,
+    };
+    let [gx, g1, g2] = sm90_geometry(shape, dtype.size_bytes());
+    let args = Args::default()
+        .ptr(bufs.x)
+        .ptr(bufs.gamma)
+        .ptr(bufs.beta)
+        .f32(eps)
+        .ptr(bufs.b1)
+        .ptr(bufs.b2)
+        .ptr(bufs.out)
+        .i64(shape.rows as i64)
+        .i32(shape.hidden as i32)
+        .tensor_map(encode_tensor_map(bufs.x, dtype, &gx)?)
+        .tensor_map(encode_tensor_map(bufs.w1, dtype, &g1)?)
+        .tensor_map(encode_tensor_map(bufs.w2, dtype, &g2)?);
+    // SAFETY: the argument list matches ln_mlp_residual_wg; its CTAs stride over the row tiles
+    // whatever the grid and guard rows past the end; the maps view the caller's buffers with
+    // the extents documented on MlpBuffers.
+    unsafe { gpu.launch(&SOURCE_SM90, dtype, variant, name, cfg, stream, args) }
 }
 
 /// The weights of [`ln_mlp_residual_reference`], as f32 row-major slices.
@@ -286,6 +387,45 @@ mod tests {
             ..swin
         }
         .resident());
+    }
+
+    #[test]
+    fn the_sm90_kernel_fits_a_cta_and_views_its_operands_by_64_columns() {
+        let s1 = MlpShape {
+            rows: 200_704,
+            width: 96,
+            hidden: 384,
+        };
+        // 1 KiB slack, 2 slots of 2 warpgroups x 2 boxes, 3 stages of (2 boxes + 96 rows of
+        // 128 bytes), 10 barriers
+        assert_eq!(
+            s1.sm90_shared_bytes() as usize,
+            1024 + 2 * 32_768 + 3 * (16_384 + 12_288) + 80
+        );
+        let s2 = MlpShape {
+            rows: 50_176,
+            width: 192,
+            hidden: 768,
+        };
+        for s in [s1, s2, MlpShape { width: 128, ..s2 }] {
+            assert!(s.sm90_shared_bytes() <= 227 * 1024, "{s:?}");
+        }
+        let [x, w1, w2] = sm90_geometry(&s2, 2);
+        assert_eq!(
+            (x.dims, x.strides[0], x.boxdim),
+            ([192, 50_176, 1, 1], 384, [64, 64, 1, 1])
+        );
+        assert_eq!((w1.dims, w1.strides[0]), ([192, 768, 1, 1], 384));
+        assert_eq!(
+            (w2.dims, w2.strides[0], w2.boxdim),
+            ([768, 192, 1, 1], 1536, [64, 192, 1, 1])
+        );
+        // TMA's rules: strides multiples of 16, a box row within the 128-byte swizzle span, at
+        // most 256 rows a box
+        for g in [x, w1, w2] {
+            assert!(g.strides.iter().all(|s| s % 16 == 0), "{g:?}");
+            assert!(g.boxdim[0] * 2 <= 128 && g.boxdim[1] <= 256);
+        }
     }
 
     #[test]

@@ -15,6 +15,8 @@ pub const WINDOW: &str = include_str!("cu/window.cu");
 pub const ELEMENTWISE: &str = include_str!("cu/elementwise.cu");
 /// `mlp.cu`: `mlp_gelu_residual`, the MLP with its hidden tensor kept on chip.
 pub const MLP: &str = include_str!("cu/mlp.cu");
+/// `mlp_sm90.cu`: `ln_mlp_residual_wg`, the same MLP with warpgroup MMAs (sm_90a).
+pub const MLP_SM90: &str = include_str!("cu/mlp_sm90.cu");
 
 /// The headers, by the name a source's `#include "NAME"` gives.
 pub const HEADERS: [(&str, &str); 6] = [
@@ -48,6 +50,7 @@ mod tests {
                 "window.cu",
                 "elementwise.cu",
                 "mlp.cu",
+                "mlp_sm90.cu",
             ])
             .collect();
         for entry in std::fs::read_dir(&dir).unwrap() {
