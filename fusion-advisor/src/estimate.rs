@@ -241,12 +241,12 @@ pub struct CalibrationRow {
 /// The device the calibration was measured on, and where its figures are.
 pub const CALIBRATION_DEVICE: &str = "NVIDIA H100 80GB HBM3";
 pub const CALIBRATION_SOURCE: &str = "kernels/bench/results/run13-h100/bench.json and \
-                                      kernels/bench/results/mlp-h100-2026-11-25/mlp.json";
+                                      kernels/bench/results/mlp-h100-2026-11-26/mlp.json";
 /// The benchmark files of record the calibration's rows come from (same device, driver, torch).
 #[cfg(test)]
 const CALIBRATION_FILES: [&str; 2] = [
     "kernels/bench/results/run13-h100/bench.json",
-    "kernels/bench/results/mlp-h100-2026-11-25/mlp.json",
+    "kernels/bench/results/mlp-h100-2026-11-26/mlp.json",
 ];
 
 fn param(params: &str, name: &str) -> Result<i64, String> {

@@ -46,8 +46,15 @@ pub const SOURCE_SM90: Source = Source {
     arch_specific: Some((9, 0)),
     kernels: &["ln_mlp_residual_wg"],
 };
-/// `ln_mlp_residual_wg`: two consumer warpgroups of 64 rows and a producer warp.
-const SM90_THREADS: u32 = 2 * 128 + 32;
+/// Threads of `ln_mlp_residual_wg` (`MW_THREADS`): two consumer warpgroups of 64 rows and a
+/// producer, a warpgroup at C = 96 (which gives its registers to the consumers), else a warp.
+pub fn sm90_threads(width: usize) -> u32 {
+    if width <= 96 {
+        3 * 128
+    } else {
+        2 * 128 + 32
+    }
+}
 /// Rows per tile of `ln_mlp_residual_wg` (`MW_BM`).
 const SM90_ROWS: usize = 128;
 /// Bytes of one 64-row, 128-byte-swizzled TMA box (`MW_TILE`).
@@ -264,11 +271,12 @@ unsafe fn launch_sm90(
     let name = "ln_mlp_residual_wg";
     let variant = shape.width as u32;
     let smem = shape.sm90_shared_bytes();
-    let resident = gpu.resident_ctas(&SOURCE_SM90, dtype, variant, name, SM90_THREADS, smem)?;
+    let threads = sm90_threads(shape.width);
+    let resident = gpu.resident_ctas(&SOURCE_SM90, dtype, variant, name, threads, smem)?;
     let tiles = shape.rows.div_ceil(SM90_ROWS) as u64;
     let cfg = LaunchConfig {
         grid: (tiles.min(resident.max(1)) as u32, 1, 1),
-        block: (SM90_THREADS, 1, 1),
+        block: (threads, 1, 1),
         shared_bytes: smem,
     };
     let [gx, g1, g2] = sm90_geometry(shape, dtype.size_bytes());
@@ -410,6 +418,8 @@ mod tests {
         for s in [s1, s2, MlpShape { width: 128, ..s2 }] {
             assert!(s.sm90_shared_bytes() <= 227 * 1024, "{s:?}");
         }
+        // a producer warpgroup that gives its registers up at C = 96, a producer warp wider
+        assert_eq!((sm90_threads(96), sm90_threads(192)), (384, 288));
         let [x, w1, w2] = sm90_geometry(&s2, 2);
         assert_eq!(
             (x.dims, x.strides[0], x.boxdim),
