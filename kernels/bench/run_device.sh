@@ -62,12 +62,12 @@ if [[ $STEP == all || $STEP == sanitize ]]; then
 fi
 if [[ $STEP == all || $STEP == check ]]; then
   # nvcc's report, each build in its own process (a second compiler's opinion on the sources)
-  (for f in fmha_short fmha_long fmha_sm90 window elementwise mlp; do for bf in 0 1; do for hd in 32 64; do
-    [[ $f != fmha_* && $f != mlp && $hd == 64 ]] && continue
+  (for f in fmha_short fmha_long fmha_sm90 window elementwise mlp mlp_sm90; do for bf in 0 1; do for hd in 32 64; do
+    [[ $f != fmha_* && $f != mlp* && $hd == 64 ]] && continue
     [[ $f == fmha_sm90 && $hd == 32 ]] && continue
-    arch=sm_90; [[ $f == fmha_sm90 ]] && arch=sm_90a  # wgmma and TMA: sm_90a only
+    arch=sm_90; [[ $f == *_sm90 ]] && arch=sm_90a  # wgmma and TMA: sm_90a only
     { echo "== $f bf16=$bf head_dim=$hd"
-      # mlp.cu's variant is its width: 96 and 192 stand in for the two head dims
+      # the MLP's variant is its width: 96 and 192 stand in for the two head dims
       nvcc -arch=$arch -cubin -o /tmp/k_${f}_${bf}_$hd.cubin -Xptxas -v -DFP_BF16=$bf -DHEAD_DIM=$hd -DMLP_C=$((hd * 3)) \
         kernels/src/cu/$f.cu 2>&1 | grep -E "error|warning|Compiling|registers|spill|stack" \
         | sed 's/ptxas info    ://' | head -60; } > /tmp/nvcc_${f}_${bf}_$hd.log &
