@@ -193,7 +193,7 @@ fn swin_report_shows_proposals_with_expected_and_measured_savings() {
     let html = std::fs::read_to_string(&page).unwrap();
     check_page(&html, ALWAYS);
     assert!(html.contains("wattn-4096x3x49x32-shifted"));
-    assert!(html.contains("21 proposals"));
+    assert!(html.contains("22 proposals"));
     assert!(html.contains(", measured "), "measured savings shown");
     assert!(!html.contains("id=\"diff\""), "no baseline, no diff");
 }
