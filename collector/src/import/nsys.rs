@@ -107,6 +107,16 @@ enum Cursor<'f, 'h> {
     Sql(RawRows<'h>),
 }
 
+/// A pass over a whole table (in rowid order) that [`Source::by_start_with`] does along with
+/// its own first pass: `f` gets `cols` of each row `keep` holds for; through SQL, the rows of
+/// `SELECT cols ... tail`, which `keep` must also hold for.
+struct SidePass<'a> {
+    cols: &'a [&'a str],
+    tail: &'a str,
+    keep: &'a dyn Fn(&Row<'_, '_>) -> bool,
+    f: &'a mut dyn FnMut(&Row<'_, '_>) -> Result<()>,
+}
+
 /// What reading a table from its pages needs: its root page and, for each column, its place
 /// in the records when the pages hold it as a `SELECT` reads it (see [`TableFile`]).
 struct PageTable {
@@ -263,8 +273,8 @@ impl<'p> Source<'p> {
         table: &str,
         cols: &[&str],
         tail: &str,
-        keep: impl Fn(&Row<'_, '_>) -> bool,
-        mut f: impl FnMut(&Row<'_, '_>) -> Result<()>,
+        keep: &dyn Fn(&Row<'_, '_>) -> bool,
+        f: &mut dyn FnMut(&Row<'_, '_>) -> Result<()>,
     ) -> Result<()> {
         let Some(filtered) = self.select(table, cols, tail) else {
             return Ok(());
@@ -298,17 +308,34 @@ impl<'p> Source<'p> {
     /// the same order. When a `start` is not an integer (SQLite orders mixed types its own
     /// way) or the runs are too many, SQLite sorts as before.
     fn by_start(&mut self, table: &str, cols: &[&str]) -> Result<Option<Query>> {
+        self.by_start_with(table, cols, None)
+    }
+
+    /// [`Source::by_start`], with `side`'s pass over the table done along with the first
+    /// pass where the pages allow (else on its own, before this returns).
+    fn by_start_with(
+        &mut self,
+        table: &str,
+        cols: &[&str],
+        mut side: Option<SidePass<'_>>,
+    ) -> Result<Option<Query>> {
         let (Some(key), Some(all)) = (
             cols.iter().position(|c| *c == "start"),
             self.select(table, cols, ""),
         ) else {
+            if let Some(side) = side {
+                self.rows_where(table, side.cols, side.tail, side.keep, side.f)?;
+            }
             return Ok(None);
         };
-        let runs = if self.has(table, "start") {
-            self.runs(table)?
+        let (runs, side_done) = if self.has(table, "start") {
+            self.runs(table, side.as_mut())?
         } else {
-            None
+            (None, false)
         };
+        if let (Some(side), false) = (side, side_done) {
+            self.rows_where(table, side.cols, side.tail, side.keep, side.f)?;
+        }
         let Some(runs) = runs else {
             return Ok(Some(Query::one(format!("{all} ORDER BY start"))));
         };
@@ -330,8 +357,13 @@ impl<'p> Source<'p> {
     }
 
     /// The first rowid of each run of rows in `start` order in `table`, read in rowid order;
-    /// `None` when SQLite must sort the table (see [`Source::by_start`]).
-    fn runs(&mut self, table: &str) -> Result<Option<Vec<i64>>> {
+    /// `None` when SQLite must sort the table (see [`Source::by_start`]). When the pages are
+    /// read whole, `side`'s rows are handed to it on the way (the `bool`: whether they were).
+    fn runs(
+        &mut self,
+        table: &str,
+        mut side: Option<&mut SidePass<'_>>,
+    ) -> Result<(Option<Vec<i64>>, bool)> {
         /// More runs than this are cheaper to sort than to merge.
         const MAX_RUNS: usize = 1024;
         let mut runs = Vec::new();
@@ -354,20 +386,47 @@ impl<'p> Source<'p> {
         };
         let sql = format!("SELECT rowid, \"start\" FROM \"{table}\" ORDER BY rowid");
         let mut resume = None;
-        if let (Some(file), Some((leaves, places))) =
-            (self.file.as_ref(), self.page_plan(table, &["start"]))
-        {
+        let mut side_done = false;
+        // The side pass's columns first, then `start`.
+        let with_side = side.as_ref().and_then(|s| {
+            let mut cols = s.cols.to_vec();
+            cols.push("start");
+            self.page_plan(table, &cols).map(|p| (p, s.cols.len()))
+        });
+        let (plan, key) = match with_side {
+            Some((plan, key)) => (Some(plan), key),
+            None => {
+                side = None;
+                (self.page_plan(table, &["start"]), 0)
+            }
+        };
+        if let (Some(file), Some((leaves, places))) = (self.file.as_ref(), plan) {
             let mut c = TableCursor::new(file, &leaves, places, None, None);
+            let mut counting = true;
             loop {
                 match c.step() {
                     Ok(true) => {
-                        if !visit(Some(c.rowid()), c.int(0)) {
-                            break;
+                        if counting && !visit(Some(c.rowid()), c.int(key)) {
+                            counting = false;
+                            if side.is_none() {
+                                break;
+                            }
+                        }
+                        if let Some(s) = side.as_mut() {
+                            let row = Row::Page(&c);
+                            if (s.keep)(&row) {
+                                (s.f)(&row)?;
+                            }
                         }
                     }
-                    Ok(false) => break,
+                    Ok(false) => {
+                        side_done = side.is_some();
+                        break;
+                    }
                     Err(ResumeAt(r)) => {
-                        resume = Some(r);
+                        if counting {
+                            resume = Some(r);
+                        }
                         break;
                     }
                 }
@@ -379,7 +438,7 @@ impl<'p> Source<'p> {
             let sql = range_sql(&sql.replace(" ORDER BY rowid", ""), (Some(from), None));
             self.scan(sql, |r| Ok(visit(r.int(0), r.int(1))))?;
         }
-        Ok((sortable && !runs.is_empty()).then_some(runs))
+        Ok(((sortable && !runs.is_empty()).then_some(runs), side_done))
     }
 
     /// Steps through `sql`'s rows, calling `f` on each until it returns `false`; counts no
@@ -796,34 +855,27 @@ pub(crate) fn import(
     // NVTX: domain and category registrations first, so ranges can carry their names.
     let mut domains: FxHashMap<i64, StrId> = FxHashMap::default();
     let mut categories: FxHashMap<(i64, i64), StrId> = FxHashMap::default();
-    {
-        // The pages give every row; `keep` is the WHERE.
-        let registration = |r: &Row<'_, '_>| match (r.int(0), r.real(0)) {
-            (Some(t), _) => t == NVTX_DOMAIN_CREATE || t == NVTX_CATEGORY,
-            (None, Some(t)) => t == NVTX_DOMAIN_CREATE as f64 || t == NVTX_CATEGORY as f64,
-            (None, None) => false,
-        };
-        src.rows_where(
-            "NVTX_EVENTS",
-            &["eventType", "domainId", "category", "text", "textId"],
-            &format!("WHERE eventType IN ({NVTX_DOMAIN_CREATE}, {NVTX_CATEGORY})"),
-            registration,
-            |r| {
-                let text = get_text(r, 3)
-                    .or_else(|| get_i64(r, 4).and_then(|i| names.source.get(&i).cloned()));
-                let Some(text) = text else { return Ok(()) };
-                let id = w.intern(&text);
-                let domain = get_i64(r, 1).unwrap_or(0);
-                if get_i64(r, 0) == Some(NVTX_DOMAIN_CREATE) {
-                    domains.insert(domain, id);
-                } else if let Some(c) = get_i64(r, 2) {
-                    categories.insert((domain, c), id);
-                }
-                Ok(())
-            },
-        )?;
-    }
-    if let Some(sql) = src.by_start(
+    // Read along with the first pass over the NVTX table, where the pages allow.
+    let registration = |r: &Row<'_, '_>| match (r.int(0), r.real(0)) {
+        (Some(t), _) => t == NVTX_DOMAIN_CREATE || t == NVTX_CATEGORY,
+        (None, Some(t)) => t == NVTX_DOMAIN_CREATE as f64 || t == NVTX_CATEGORY as f64,
+        (None, None) => false,
+    };
+    let mut register = |r: &Row<'_, '_>| {
+        let text =
+            get_text(r, 3).or_else(|| get_i64(r, 4).and_then(|i| names.source.get(&i).cloned()));
+        let Some(text) = text else { return Ok(()) };
+        let id = w.intern(&text);
+        let domain = get_i64(r, 1).unwrap_or(0);
+        if get_i64(r, 0) == Some(NVTX_DOMAIN_CREATE) {
+            domains.insert(domain, id);
+        } else if let Some(c) = get_i64(r, 2) {
+            categories.insert((domain, c), id);
+        }
+        Ok(())
+    };
+    let tail = format!("WHERE eventType IN ({NVTX_DOMAIN_CREATE}, {NVTX_CATEGORY})");
+    let nvtx = src.by_start_with(
         "NVTX_EVENTS",
         &[
             "start",
@@ -837,7 +889,14 @@ pub(crate) fn import(
             "text",
             "textId",
         ],
-    )? {
+        Some(SidePass {
+            cols: &["eventType", "domainId", "category", "text", "textId"],
+            tail: &tail,
+            keep: &registration,
+            f: &mut register,
+        }),
+    )?;
+    if let Some(sql) = nvtx {
         source_events += src.query(sql, |r| {
             let kind = match get_i64(r, 2) {
                 Some(NVTX_PUSH_POP) => RangeKind::NvtxPushPop,
