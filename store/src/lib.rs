@@ -31,6 +31,7 @@ mod reader;
 mod results;
 mod rows;
 mod summaries;
+mod tables;
 mod writer;
 
 pub use error::{Error, Result};
@@ -45,8 +46,9 @@ pub use reader::{
     PassKernel, PassMemop, PassRange, RowEstimates, Store, Strings, TableCounts, SCHEMA_NOT_UTF8,
 };
 pub use results::{record_bench_results, BenchResult};
-pub use rows::RawRows;
+pub use rows::{RawHandle, RawRows};
 pub use summaries::write_summary;
+pub use tables::{Leaves, ResumeAt, TableCursor, TableFile};
 pub use writer::{Counts, CreateOptions, Writer};
 
 /// The schema version this build writes and the newest it reads.

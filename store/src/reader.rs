@@ -6,7 +6,7 @@ use serde::Serialize;
 use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::{ConnectOptions, Row, SqliteConnection};
 
-mod pages;
+pub(crate) mod pages;
 mod timeline;
 mod window;
 

@@ -14,6 +14,23 @@ use sqlx::sqlite::LockedSqliteHandle;
 use crate::raw::Stmt;
 use crate::Result;
 
+/// The connection behind a locked sqlx handle, lent for `'h`: statements prepared on it with
+/// [`RawRows::prepare_on`] may be stepped side by side, and more prepared while others are.
+#[derive(Clone, Copy)]
+pub struct RawHandle<'h> {
+    db: std::ptr::NonNull<ffi::sqlite3>,
+    _handle: std::marker::PhantomData<&'h mut ()>,
+}
+
+impl<'h> RawHandle<'h> {
+    pub fn new(handle: &'h mut LockedSqliteHandle<'_>) -> RawHandle<'h> {
+        RawHandle {
+            db: handle.as_raw_handle(),
+            _handle: std::marker::PhantomData,
+        }
+    }
+}
+
 /// A prepared query and its current row.
 pub struct RawRows<'h> {
     st: Stmt<'h>,
@@ -40,6 +57,13 @@ impl<'h> RawRows<'h> {
                 })
             })
             .collect()
+    }
+
+    /// Prepares `sql` on the connection `db` lends.
+    pub fn prepare_on(db: RawHandle<'h>, sql: &str) -> Result<RawRows<'h>> {
+        Ok(RawRows {
+            st: Stmt::prepare(db.db, sql)?,
+        })
     }
 
     /// Moves to the next row; `false` after the last.

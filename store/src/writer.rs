@@ -709,7 +709,73 @@ async fn open_for_writing(path: &Path) -> Result<Bulk> {
 struct Link {
     kernels: Vec<Kernel>,
     memops: Vec<Memop>,
-    pids: FxHashMap<i64, i64>,
+    pids: PidsByCorrelation,
+}
+
+/// The smallest pid of the API calls with each correlation id.
+///
+/// Calls come about in the order of their correlation ids, and kernels about in the order of
+/// theirs: most ids go to a vector in increasing order, and each kernel's is looked up from
+/// where the one before it was found. A hash map would scatter every access over the whole
+/// table instead (a cache miss each, most of the pid link's time). An id that comes after a
+/// larger one goes to a map.
+#[derive(Default)]
+struct PidsByCorrelation {
+    /// Strictly increasing ids, each with its smallest pid so far.
+    ordered: Vec<(i64, i64)>,
+    unordered: FxHashMap<i64, i64>,
+}
+
+impl PidsByCorrelation {
+    fn insert(&mut self, c: i64, pid: i64) {
+        match self.ordered.last_mut() {
+            Some(last) if last.0 == c => last.1 = last.1.min(pid),
+            Some(last) if last.0 > c => {
+                let p = self.unordered.entry(c).or_insert(pid);
+                *p = (*p).min(pid);
+            }
+            _ => self.ordered.push((c, pid)),
+        }
+    }
+
+    /// The pid of id `c`; `near` is where the last lookup ended in `ordered`, moved to where
+    /// this one does.
+    fn get(&self, c: i64, near: &mut usize) -> Option<i64> {
+        let v = &self.ordered;
+        // The bracket [lo, hi) that holds `c`'s place, widened from `near` in doubling steps.
+        let at = (*near).min(v.len());
+        let (mut lo, mut hi);
+        if at < v.len() && v[at].0 <= c {
+            let mut step = 1;
+            lo = at;
+            hi = at + 1;
+            while hi < v.len() && v[hi].0 <= c {
+                lo = hi;
+                hi = (hi + step).min(v.len());
+                step *= 2;
+            }
+        } else {
+            let mut step = 1;
+            hi = at;
+            lo = at.saturating_sub(1);
+            while lo > 0 && v[lo].0 > c {
+                hi = lo;
+                lo = lo.saturating_sub(step);
+                step *= 2;
+            }
+        }
+        let i = lo + v[lo..hi].partition_point(|e| e.0 < c);
+        *near = i;
+        let ordered = v.get(i).filter(|e| e.0 == c).map(|e| e.1);
+        if self.unordered.is_empty() {
+            return ordered;
+        }
+        // An id may be in both: taken in order first, then again after a larger one.
+        match (ordered, self.unordered.get(&c)) {
+            (Some(a), Some(&b)) => Some(a.min(b)),
+            (a, b) => a.or(b.copied()),
+        }
+    }
 }
 
 /// The writer thread's side of a run being loaded: one b-tree per bulk table and index.
@@ -848,8 +914,7 @@ impl Bulk {
         self.api_calls_by_thread_time
             .add([a.pid, a.tid, a.start_ns], id);
         if let (Some(link), Some(c)) = (&mut self.link, a.correlation_id) {
-            let pid = link.pids.entry(c).or_insert(a.pid);
-            *pid = (*pid).min(a.pid);
+            link.pids.insert(c, a.pid);
         }
         Ok(())
     }
@@ -899,7 +964,9 @@ impl Bulk {
     /// Writes the held rows, the rest of every tree and the header.
     fn finish(mut self) -> std::io::Result<()> {
         if let Some(link) = self.link.take() {
-            let pid = |p: Option<i64>, c: Option<i64>| p.or_else(|| link.pids.get(&c?).copied());
+            let mut near = 0;
+            let mut pid =
+                |p: Option<i64>, c: Option<i64>| p.or_else(|| link.pids.get(c?, &mut near));
             for mut k in link.kernels.iter().cloned() {
                 k.pid = pid(k.pid, k.correlation_id);
                 self.kernel(&k)?;
@@ -1009,4 +1076,49 @@ async fn write_finish(conn: &mut SqliteConnection, f: Finish) -> Result<()> {
     let mut h = conn.lock_handle().await?;
     raw::exec(h.as_raw_handle(), "PRAGMA journal_mode = DELETE;")?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PidsByCorrelation;
+    use std::collections::HashMap;
+
+    /// Each id's smallest pid, whatever order ids come and are asked for in, as a map gives.
+    #[test]
+    fn pids_by_correlation_match_a_map() {
+        let mut pids = PidsByCorrelation::default();
+        let mut want: HashMap<i64, i64> = HashMap::new();
+        // Mostly increasing ids with repeats, jumps and some out of order.
+        let mut x = 7u64;
+        let mut id = -50i64;
+        for i in 0..20_000i64 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let r = (x >> 33) as i64;
+            id += match r % 10 {
+                0 => -(r % 300),
+                1 => 0,
+                2 => 1_000_000,
+                _ => 1 + r % 3,
+            };
+            let pid = (r >> 8) % 5 - 2 + i % 2;
+            pids.insert(id, pid);
+            let p = want.entry(id).or_insert(pid);
+            *p = (*p).min(pid);
+        }
+        let mut ids: Vec<i64> = want.keys().copied().collect();
+        ids.sort();
+        let mut near = 0;
+        for pass in 0..3 {
+            let order: Vec<i64> = match pass {
+                0 => ids.clone(),
+                1 => ids.iter().rev().copied().collect(),
+                _ => ids.iter().map(|i| i ^ 0x55).collect(),
+            };
+            for c in order.iter().copied().chain([i64::MIN, i64::MAX, -51]) {
+                assert_eq!(pids.get(c, &mut near), want.get(&c).copied(), "id {c}");
+            }
+        }
+    }
 }

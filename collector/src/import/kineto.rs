@@ -33,6 +33,7 @@ const PROGRESS_EVERY: u64 = 4096;
 pub enum Source {
     Mapped(Mapped),
     Read(Vec<u8>),
+    Inflated(Anon),
 }
 
 impl std::ops::Deref for Source {
@@ -41,6 +42,7 @@ impl std::ops::Deref for Source {
         match self {
             Source::Mapped(m) => m,
             Source::Read(v) => v,
+            Source::Inflated(a) => a,
         }
     }
 }
@@ -102,6 +104,104 @@ impl Drop for Mapped {
 unsafe impl Send for Mapped {}
 unsafe impl Sync for Mapped {}
 
+/// Fresh memory for inflating into, mapped anonymous and (when asked) populated up front: one
+/// system call allocates every page, where filling a growing vector takes a page fault for
+/// every 4 KiB (and its reads zero each chunk before inflating into it).
+pub struct Anon {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+    cap: usize,
+}
+
+impl Anon {
+    fn new(cap: usize, populate: bool) -> std::io::Result<Anon> {
+        let cap = cap.max(1 << 16);
+        let populate = if populate { libc::MAP_POPULATE } else { 0 };
+        // SAFETY: a fresh private anonymous mapping; the kernel checks the arguments.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                cap,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | populate,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Anon {
+            ptr: std::ptr::NonNull::new(p.cast()).ok_or(std::io::ErrorKind::OutOfMemory)?,
+            len: 0,
+            cap,
+        })
+    }
+
+    /// Doubles the room (the pages added are faulted in as they are filled).
+    fn grow(&mut self) -> std::io::Result<()> {
+        let cap = self
+            .cap
+            .checked_mul(2)
+            .ok_or(std::io::ErrorKind::OutOfMemory)?;
+        // SAFETY: remaps the mapping `new` made, moving it if it must; the old address is not
+        // used again.
+        let p = unsafe {
+            libc::mremap(
+                self.ptr.as_ptr().cast(),
+                self.cap,
+                cap,
+                libc::MREMAP_MAYMOVE,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        self.ptr = std::ptr::NonNull::new(p.cast()).ok_or(std::io::ErrorKind::OutOfMemory)?;
+        self.cap = cap;
+        Ok(())
+    }
+
+    /// The room after the bytes filled so far (zeroed memory, as the mapping made it).
+    fn spare(&mut self) -> &mut [u8] {
+        // SAFETY: `cap` mapped, writable bytes from `ptr`, owned by `self`.
+        unsafe {
+            std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(self.len), self.cap - self.len)
+        }
+    }
+}
+
+impl std::ops::Deref for Anon {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: the first `len` bytes of the mapping, filled, live as long as `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for Anon {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made by `new` (or `grow`), unmapped once.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.cap) };
+    }
+}
+
+// SAFETY: memory owned by the value, like a `Vec<u8>`.
+unsafe impl Send for Anon {}
+unsafe impl Sync for Anon {}
+
+/// How many bytes the gzip data `gz` likely inflates to: its trailer's ISIZE (a single
+/// member's size modulo 2^32) where that is plausible, else eight times `gz`.
+fn inflated_size_hint(gz: &[u8]) -> usize {
+    // Deflate expands at most about 1032 times.
+    gz.len()
+        .checked_sub(4)
+        .map(|at| u32::from_le_bytes([gz[at], gz[at + 1], gz[at + 2], gz[at + 3]]) as usize)
+        .filter(|&n| n >= gz.len() && n / 1032 <= gz.len())
+        .unwrap_or(gz.len().saturating_mul(8))
+        .saturating_add(1)
+}
+
 /// The file's bytes, mapped when it can be, inflated when it is gzip-compressed.
 pub fn read_source(path: &Path, progress: Option<&Progress>) -> Result<Source> {
     let io = |source| ImportError::Io {
@@ -141,14 +241,26 @@ pub fn read_source(path: &Path, progress: Option<&Progress>) -> Result<Source> {
         if let Some(p) = progress {
             p.phase("inflating", raw.len() as u64);
         }
-        let mut out = Vec::with_capacity(raw.len() * 8);
-        flate2::read::MultiGzDecoder::new(Counting {
+        let hint = inflated_size_hint(&raw);
+        // Populated only when the hint is a size JSON compresses from, so that a trailer
+        // that claims more does not allocate it all at once.
+        let mut out = Anon::new(hint, hint / 64 <= raw.len()).map_err(io)?;
+        let mut gz = flate2::read::MultiGzDecoder::new(Counting {
             inner: &raw[..],
             progress,
-        })
-        .read_to_end(&mut out)
-        .map_err(|e| ImportError::format(path, format!("corrupt gzip data: {e}")))?;
-        Ok(Source::Read(out))
+        });
+        loop {
+            if out.len == out.cap {
+                out.grow().map_err(io)?;
+            }
+            match gz.read(out.spare()) {
+                Ok(0) => break,
+                Ok(n) => out.len += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(ImportError::format(path, format!("corrupt gzip data: {e}"))),
+            }
+        }
+        Ok(Source::Inflated(out))
     } else if path.extension().is_some_and(|e| e == "gz") {
         Err(ImportError::format(
             path,

@@ -10,8 +10,8 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::path::Path;
 
 use fuseprof_store::{
-    Api, ApiCall, CopyKind, CreateOptions, Device, Kernel, Memop, MemopKind, Range, RangeKind,
-    RawRows, RunInfo, StrId, Writer,
+    Api, ApiCall, CopyKind, CreateOptions, Device, Kernel, Leaves, Memop, MemopKind, Range,
+    RangeKind, RawHandle, RawRows, ResumeAt, RunInfo, StrId, TableCursor, TableFile, Writer,
 };
 use rustc_hash::FxHashMap;
 use sqlx::sqlite::SqliteConnectOptions;
@@ -39,10 +39,23 @@ fn split_global_tid(g: i64) -> (i64, i64) {
 
 /// Statements whose rows, stepped side by side, make one query's rows: each row in turn of
 /// the statement whose row has the smallest integer in column `key`, the earlier statement's
-/// first on a tie (each statement's rows are in that order already).
+/// first on a tie (each statement's rows are in that order already). With `pages`, the rows
+/// are read from the table's pages instead, one cursor per statement (its rowid range), and a
+/// cursor that meets anything unexpected hands over to SQL from where it stopped.
 struct Query {
     sqls: Vec<String>,
     key: usize,
+    pages: Option<PagePlan>,
+}
+
+/// How a query's rows are read from the table's pages: the `SELECT` without its `WHERE`
+/// (for a hand-over to SQL), each column's place in the records, and one rowid range a
+/// statement.
+struct PagePlan {
+    all: String,
+    leaves: Leaves,
+    cols: Vec<Option<usize>>,
+    ranges: Vec<(Option<i64>, Option<i64>)>,
 }
 
 impl Query {
@@ -50,8 +63,65 @@ impl Query {
         Query {
             sqls: vec![sql],
             key: 0,
+            pages: None,
         }
     }
+}
+
+/// One row of a query, read through SQL or from the pages; the getters read as
+/// [`RawRows`]'s do.
+enum Row<'a, 'h> {
+    Sql(&'a RawRows<'h>),
+    Page(&'a TableCursor<'a>),
+}
+
+impl Row<'_, '_> {
+    fn int(&self, i: usize) -> Option<i64> {
+        match self {
+            Row::Sql(r) => r.int(i),
+            Row::Page(r) => r.int(i),
+        }
+    }
+
+    fn real(&self, i: usize) -> Option<f64> {
+        match self {
+            Row::Sql(r) => r.real(i),
+            Row::Page(r) => r.real(i),
+        }
+    }
+
+    fn text(&self, i: usize) -> Option<&str> {
+        match self {
+            Row::Sql(r) => r.text(i),
+            Row::Page(r) => r.text(i),
+        }
+    }
+}
+
+/// A statement of a query being stepped: from the pages until they hand over to SQL.
+enum Cursor<'f, 'h> {
+    Page {
+        cursor: Box<TableCursor<'f>>,
+        hi: Option<i64>,
+    },
+    Sql(RawRows<'h>),
+}
+
+/// A pass over a whole table (in rowid order) that [`Source::by_start_with`] does along with
+/// its own first pass: `f` gets `cols` of each row `keep` holds for; through SQL, the rows of
+/// `SELECT cols ... tail`, which `keep` must also hold for.
+struct SidePass<'a> {
+    cols: &'a [&'a str],
+    tail: &'a str,
+    keep: &'a dyn Fn(&Row<'_, '_>) -> bool,
+    f: &'a mut dyn FnMut(&Row<'_, '_>) -> Result<()>,
+}
+
+/// What reading a table from its pages needs: its root page and, for each column, its place
+/// in the records when the pages hold it as a `SELECT` reads it (see [`TableFile`]).
+struct PageTable {
+    root: u32,
+    plain: HashMap<String, Option<usize>>,
 }
 
 struct Source<'p> {
@@ -59,6 +129,9 @@ struct Source<'p> {
     rt: tokio::runtime::Runtime,
     conn: SqliteConnection,
     tables: HashMap<String, Vec<String>>,
+    /// The export opened for reading table pages (`None`: everything through SQL).
+    file: Option<TableFile>,
+    page_tables: HashMap<String, PageTable>,
     progress: Option<&'p Progress>,
 }
 
@@ -86,14 +159,15 @@ impl<'p> Source<'p> {
         if !utf8 {
             return Err(ImportError::format(path, fuseprof_store::SCHEMA_NOT_UTF8));
         }
-        let names: Vec<String> = rt
+        let names: Vec<(String, Option<i64>)> = rt
             .block_on(
-                sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'table'")
+                sqlx::query_as("SELECT name, rootpage FROM sqlite_master WHERE type = 'table'")
                     .fetch_all(&mut conn),
             )
             .map_err(|e| ImportError::format(path, format!("not a readable SQLite file: {e}")))?;
         let mut tables = HashMap::new();
-        for name in names {
+        let mut page_tables = HashMap::new();
+        for (name, root) in names {
             let cols: Vec<String> = rt
                 .block_on(
                     sqlx::query_scalar("SELECT name FROM pragma_table_info(?)")
@@ -101,6 +175,36 @@ impl<'p> Source<'p> {
                         .fetch_all(&mut conn),
                 )
                 .map_err(|e| ImportError::format(path, e.to_string()))?;
+            type XInfo = (i64, String, Option<String>, Option<String>, i64, i64);
+            let xinfo: Vec<XInfo> = rt
+                .block_on(
+                    sqlx::query_as(
+                        "SELECT cid, name, type, dflt_value, pk, hidden \
+                         FROM pragma_table_xinfo(?) ORDER BY cid",
+                    )
+                    .bind(&name)
+                    .fetch_all(&mut conn),
+                )
+                .map_err(|e| ImportError::format(path, e.to_string()))?;
+            // Records hold the columns in declaration order, hidden ones too: a table with
+            // hidden (generated) columns is read through SQL.
+            let root = root.and_then(|r| u32::try_from(r).ok()).filter(|&r| r > 0);
+            if let (Some(root), true) = (root, xinfo.iter().all(|x| x.5 == 0)) {
+                let plain = xinfo
+                    .iter()
+                    .enumerate()
+                    .map(|(k, (_, col, ty, dflt, pk, hidden))| {
+                        let ok = TableFile::plain_column(
+                            ty.as_deref().unwrap_or(""),
+                            dflt.as_deref(),
+                            *pk,
+                            *hidden,
+                        );
+                        (col.clone(), ok.then_some(k))
+                    })
+                    .collect();
+                page_tables.insert(name.clone(), PageTable { root, plain });
+            }
             tables.insert(name, cols);
         }
         Ok(Source {
@@ -108,6 +212,8 @@ impl<'p> Source<'p> {
             rt,
             conn,
             tables,
+            file: TableFile::open(path),
+            page_tables,
             progress,
         })
     }
@@ -138,9 +244,56 @@ impl<'p> Source<'p> {
         ))
     }
 
+    /// How to read `cols` of `table` from its pages: the leaves and each column's place in
+    /// the records (`None` for a column the table lacks); `None` when some column asked for
+    /// cannot be read there, or the pages are not a table's.
+    fn page_plan(&self, table: &str, cols: &[&str]) -> Option<(Leaves, Vec<Option<usize>>)> {
+        let file = self.file.as_ref()?;
+        let t = self.page_tables.get(table)?;
+        let places = cols
+            .iter()
+            .map(|c| match t.plain.get(*c) {
+                Some(place) => place.map(Some),
+                None => Some(None),
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some((file.leaves(t.root)?, places))
+    }
+
     /// Steps through the rows of `sql`, calling `f` on each.
-    fn rows(&mut self, sql: String, f: impl FnMut(&RawRows<'_>) -> Result<()>) -> Result<u64> {
+    fn rows(&mut self, sql: String, f: impl FnMut(&Row<'_, '_>) -> Result<()>) -> Result<u64> {
         self.query(Query::one(sql), f)
+    }
+
+    /// The rows of `cols` of `table` in rowid order (read from the pages where they can be),
+    /// as `select(table, cols, tail)` gives them when `keep` holds for each of them; `keep`
+    /// must hold for every row `tail`'s `WHERE` keeps.
+    fn rows_where(
+        &mut self,
+        table: &str,
+        cols: &[&str],
+        tail: &str,
+        keep: &dyn Fn(&Row<'_, '_>) -> bool,
+        f: &mut dyn FnMut(&Row<'_, '_>) -> Result<()>,
+    ) -> Result<()> {
+        let Some(filtered) = self.select(table, cols, tail) else {
+            return Ok(());
+        };
+        let q = match (self.select(table, cols, ""), self.page_plan(table, cols)) {
+            (Some(all), Some((leaves, places))) => Query {
+                sqls: vec![format!("{all} ORDER BY rowid")],
+                key: 0,
+                pages: Some(PagePlan {
+                    all,
+                    leaves,
+                    cols: places,
+                    ranges: vec![(None, None)],
+                }),
+            },
+            _ => Query::one(filtered),
+        };
+        self.query(q, |r| if keep(r) { f(r) } else { Ok(()) })?;
+        Ok(())
     }
 
     /// The query of `cols` (which holds `start`) of `table` in `start` order, as `ORDER BY
@@ -155,56 +308,137 @@ impl<'p> Source<'p> {
     /// the same order. When a `start` is not an integer (SQLite orders mixed types its own
     /// way) or the runs are too many, SQLite sorts as before.
     fn by_start(&mut self, table: &str, cols: &[&str]) -> Result<Option<Query>> {
+        self.by_start_with(table, cols, None)
+    }
+
+    /// [`Source::by_start`], with `side`'s pass over the table done along with the first
+    /// pass where the pages allow (else on its own, before this returns).
+    fn by_start_with(
+        &mut self,
+        table: &str,
+        cols: &[&str],
+        mut side: Option<SidePass<'_>>,
+    ) -> Result<Option<Query>> {
         let (Some(key), Some(all)) = (
             cols.iter().position(|c| *c == "start"),
             self.select(table, cols, ""),
         ) else {
+            if let Some(side) = side {
+                self.rows_where(table, side.cols, side.tail, side.keep, side.f)?;
+            }
             return Ok(None);
         };
-        let runs = if self.has(table, "start") {
-            self.runs(table)?
+        let (runs, side_done) = if self.has(table, "start") {
+            self.runs(table, side.as_mut())?
         } else {
-            None
+            (None, false)
         };
+        if let (Some(side), false) = (side, side_done) {
+            self.rows_where(table, side.cols, side.tail, side.keep, side.f)?;
+        }
         let Some(runs) = runs else {
             return Ok(Some(Query::one(format!("{all} ORDER BY start"))));
         };
-        let sqls = runs
+        let ranges: Vec<(Option<i64>, Option<i64>)> = runs
             .iter()
             .enumerate()
-            .map(|(k, lo)| match runs.get(k + 1) {
-                Some(hi) => format!("{all} WHERE rowid >= {lo} AND rowid < {hi} ORDER BY rowid"),
-                None => format!("{all} WHERE rowid >= {lo} ORDER BY rowid"),
-            })
+            .map(|(k, lo)| (Some(*lo), runs.get(k + 1).copied()))
             .collect();
-        Ok(Some(Query { sqls, key }))
+        let sqls = ranges.iter().map(|&r| range_sql(&all, r)).collect();
+        let pages = self
+            .page_plan(table, cols)
+            .map(|(leaves, places)| PagePlan {
+                all,
+                leaves,
+                cols: places,
+                ranges,
+            });
+        Ok(Some(Query { sqls, key, pages }))
     }
 
     /// The first rowid of each run of rows in `start` order in `table`, read in rowid order;
-    /// `None` when SQLite must sort the table (see [`Source::by_start`]).
-    fn runs(&mut self, table: &str) -> Result<Option<Vec<i64>>> {
+    /// `None` when SQLite must sort the table (see [`Source::by_start`]). When the pages are
+    /// read whole, `side`'s rows are handed to it on the way (the `bool`: whether they were).
+    fn runs(
+        &mut self,
+        table: &str,
+        mut side: Option<&mut SidePass<'_>>,
+    ) -> Result<(Option<Vec<i64>>, bool)> {
         /// More runs than this are cheaper to sort than to merge.
         const MAX_RUNS: usize = 1024;
         let mut runs = Vec::new();
         let mut last = i64::MIN;
         let mut sortable = true;
-        let sql = format!("SELECT rowid, \"start\" FROM \"{table}\" ORDER BY rowid");
-        self.scan(sql, |r| {
-            let (Some(rowid), Some(start)) = (r.int(0), r.int(1)) else {
+        let mut visit = |rowid: Option<i64>, start: Option<i64>| {
+            let (Some(rowid), Some(start)) = (rowid, start) else {
                 sortable = false;
-                return Ok(false);
+                return false;
             };
             if runs.is_empty() || start < last {
                 if runs.len() == MAX_RUNS {
                     sortable = false;
-                    return Ok(false);
+                    return false;
                 }
                 runs.push(rowid);
             }
             last = start;
-            Ok(true)
-        })?;
-        Ok((sortable && !runs.is_empty()).then_some(runs))
+            true
+        };
+        let sql = format!("SELECT rowid, \"start\" FROM \"{table}\" ORDER BY rowid");
+        let mut resume = None;
+        let mut side_done = false;
+        // The side pass's columns first, then `start`.
+        let with_side = side.as_ref().and_then(|s| {
+            let mut cols = s.cols.to_vec();
+            cols.push("start");
+            self.page_plan(table, &cols).map(|p| (p, s.cols.len()))
+        });
+        let (plan, key) = match with_side {
+            Some((plan, key)) => (Some(plan), key),
+            None => {
+                side = None;
+                (self.page_plan(table, &["start"]), 0)
+            }
+        };
+        if let (Some(file), Some((leaves, places))) = (self.file.as_ref(), plan) {
+            let mut c = TableCursor::new(file, &leaves, places, None, None);
+            let mut counting = true;
+            loop {
+                match c.step() {
+                    Ok(true) => {
+                        if counting && !visit(Some(c.rowid()), c.int(key)) {
+                            counting = false;
+                            if side.is_none() {
+                                break;
+                            }
+                        }
+                        if let Some(s) = side.as_mut() {
+                            let row = Row::Page(&c);
+                            if (s.keep)(&row) {
+                                (s.f)(&row)?;
+                            }
+                        }
+                    }
+                    Ok(false) => {
+                        side_done = side.is_some();
+                        break;
+                    }
+                    Err(ResumeAt(r)) => {
+                        if counting {
+                            resume = Some(r);
+                        }
+                        break;
+                    }
+                }
+            }
+        } else {
+            resume = Some(i64::MIN);
+        }
+        if let Some(from) = resume {
+            let sql = range_sql(&sql.replace(" ORDER BY rowid", ""), (Some(from), None));
+            self.scan(sql, |r| Ok(visit(r.int(0), r.int(1))))?;
+        }
+        Ok(((sortable && !runs.is_empty()).then_some(runs), side_done))
     }
 
     /// Steps through `sql`'s rows, calling `f` on each until it returns `false`; counts no
@@ -224,38 +458,62 @@ impl<'p> Source<'p> {
     }
 
     /// Steps through the rows of `q`, calling `f` on each.
-    fn query(&mut self, q: Query, mut f: impl FnMut(&RawRows<'_>) -> Result<()>) -> Result<u64> {
-        let Query { sqls, key } = q;
+    fn query(&mut self, q: Query, mut f: impl FnMut(&Row<'_, '_>) -> Result<()>) -> Result<u64> {
+        let Query { sqls, key, pages } = q;
         let path = self.path;
         let progress = self.progress;
+        let file = self.file.as_ref();
         let conn = &mut self.conn;
         let bad = |e: &dyn std::fmt::Display| {
             ImportError::format(path, format!("reading the export: {e}"))
         };
         self.rt.block_on(async move {
             let mut handle = conn.lock_handle().await.map_err(|e| bad(&e))?;
-            let mut cursors = RawRows::prepare_each(&mut handle, &sqls).map_err(|e| bad(&e))?;
+            let db = RawHandle::new(&mut handle);
+            let mut cursors: Vec<Cursor<'_, '_>> = match (&pages, file) {
+                (Some(p), Some(file)) => p
+                    .ranges
+                    .iter()
+                    .map(|&(lo, hi)| Cursor::Page {
+                        cursor: Box::new(TableCursor::new(file, &p.leaves, p.cols.clone(), lo, hi)),
+                        hi,
+                    })
+                    .collect(),
+                _ => sqls
+                    .iter()
+                    .map(|sql| RawRows::prepare_on(db, sql).map(Cursor::Sql))
+                    .collect::<fuseprof_store::Result<_>>()
+                    .map_err(|e| bad(&e))?,
+            };
+            let all = pages.as_ref().map(|p| p.all.as_str());
+            let row = |c: &Cursor<'_, '_>, f: &mut dyn FnMut(&Row<'_, '_>) -> Result<()>| match c {
+                Cursor::Sql(r) => f(&Row::Sql(r)),
+                Cursor::Page { cursor, .. } => f(&Row::Page(cursor)),
+            };
+            let int = |c: &Cursor<'_, '_>, i: usize| match c {
+                Cursor::Sql(r) => r.int(i),
+                Cursor::Page { cursor, .. } => cursor.int(i),
+            };
             // The statement to step next, by (its row's key, its place in `sqls`).
             let mut next = BinaryHeap::with_capacity(cursors.len());
             for (k, c) in cursors.iter_mut().enumerate() {
-                if c.step().map_err(|e| bad(&e))? {
-                    next.push(Reverse((c.int(key), k)));
+                if step_cursor(c, db, all).map_err(|e| bad(&e))? {
+                    next.push(Reverse((int(c, key), k)));
                 }
             }
             let mut n = 0;
             while let Some(mut top) = next.peek_mut() {
                 let k = top.0 .1;
-                let c = &mut cursors[k];
-                f(c)?;
+                row(&cursors[k], &mut f)?;
                 n += 1;
                 if n % PROGRESS_EVERY == 0 {
                     if let Some(p) = progress {
                         p.add_events(PROGRESS_EVERY);
                     }
                 }
-                if c.step().map_err(|e| bad(&e))? {
+                if step_cursor(&mut cursors[k], db, all).map_err(|e| bad(&e))? {
                     // Moved back into place when `top` drops.
-                    top.0 = (c.int(key), k);
+                    top.0 = (int(&cursors[k], key), k);
                 } else {
                     PeekMut::pop(top);
                 }
@@ -284,15 +542,49 @@ impl<'p> Source<'p> {
     }
 }
 
-fn get_i64(r: &RawRows<'_>, i: usize) -> Option<i64> {
+/// Steps `c`: whether it has a row. A page cursor that stops early is replaced by SQL (`all`,
+/// the query's `SELECT` without `WHERE`) from where it stopped, up to the end of its range.
+fn step_cursor<'f, 'h>(
+    c: &mut Cursor<'f, 'h>,
+    db: RawHandle<'h>,
+    all: Option<&str>,
+) -> fuseprof_store::Result<bool> {
+    match c {
+        Cursor::Sql(r) => r.step(),
+        Cursor::Page { cursor, hi } => match cursor.step() {
+            Ok(more) => Ok(more),
+            Err(ResumeAt(from)) => {
+                let all = all.expect("a page cursor comes with its query's SELECT");
+                let mut r = RawRows::prepare_on(db, &range_sql(all, (Some(from), *hi)))?;
+                let more = r.step()?;
+                *c = Cursor::Sql(r);
+                Ok(more)
+            }
+        },
+    }
+}
+
+/// `all` (a `SELECT` without `WHERE`) restricted to rowids in `lo..hi`, in rowid order.
+fn range_sql(all: &str, (lo, hi): (Option<i64>, Option<i64>)) -> String {
+    match (lo, hi) {
+        (Some(lo), Some(hi)) => {
+            format!("{all} WHERE rowid >= {lo} AND rowid < {hi} ORDER BY rowid")
+        }
+        (Some(lo), None) => format!("{all} WHERE rowid >= {lo} ORDER BY rowid"),
+        (None, Some(hi)) => format!("{all} WHERE rowid < {hi} ORDER BY rowid"),
+        (None, None) => format!("{all} ORDER BY rowid"),
+    }
+}
+
+fn get_i64(r: &Row<'_, '_>, i: usize) -> Option<i64> {
     r.int(i)
 }
 
-fn get_f64(r: &RawRows<'_>, i: usize) -> Option<f64> {
+fn get_f64(r: &Row<'_, '_>, i: usize) -> Option<f64> {
     r.real(i)
 }
 
-fn get_text(r: &RawRows<'_>, i: usize) -> Option<String> {
+fn get_text(r: &Row<'_, '_>, i: usize) -> Option<String> {
     r.text(i).map(str::to_string)
 }
 
@@ -563,26 +855,27 @@ pub(crate) fn import(
     // NVTX: domain and category registrations first, so ranges can carry their names.
     let mut domains: FxHashMap<i64, StrId> = FxHashMap::default();
     let mut categories: FxHashMap<(i64, i64), StrId> = FxHashMap::default();
-    if let Some(sql) = src.select(
-        "NVTX_EVENTS",
-        &["eventType", "domainId", "category", "text", "textId"],
-        &format!("WHERE eventType IN ({NVTX_DOMAIN_CREATE}, {NVTX_CATEGORY})"),
-    ) {
-        src.rows(sql, |r| {
-            let text = get_text(r, 3)
-                .or_else(|| get_i64(r, 4).and_then(|i| names.source.get(&i).cloned()));
-            let Some(text) = text else { return Ok(()) };
-            let id = w.intern(&text);
-            let domain = get_i64(r, 1).unwrap_or(0);
-            if get_i64(r, 0) == Some(NVTX_DOMAIN_CREATE) {
-                domains.insert(domain, id);
-            } else if let Some(c) = get_i64(r, 2) {
-                categories.insert((domain, c), id);
-            }
-            Ok(())
-        })?;
-    }
-    if let Some(sql) = src.by_start(
+    // Read along with the first pass over the NVTX table, where the pages allow.
+    let registration = |r: &Row<'_, '_>| match (r.int(0), r.real(0)) {
+        (Some(t), _) => t == NVTX_DOMAIN_CREATE || t == NVTX_CATEGORY,
+        (None, Some(t)) => t == NVTX_DOMAIN_CREATE as f64 || t == NVTX_CATEGORY as f64,
+        (None, None) => false,
+    };
+    let mut register = |r: &Row<'_, '_>| {
+        let text =
+            get_text(r, 3).or_else(|| get_i64(r, 4).and_then(|i| names.source.get(&i).cloned()));
+        let Some(text) = text else { return Ok(()) };
+        let id = w.intern(&text);
+        let domain = get_i64(r, 1).unwrap_or(0);
+        if get_i64(r, 0) == Some(NVTX_DOMAIN_CREATE) {
+            domains.insert(domain, id);
+        } else if let Some(c) = get_i64(r, 2) {
+            categories.insert((domain, c), id);
+        }
+        Ok(())
+    };
+    let tail = format!("WHERE eventType IN ({NVTX_DOMAIN_CREATE}, {NVTX_CATEGORY})");
+    let nvtx = src.by_start_with(
         "NVTX_EVENTS",
         &[
             "start",
@@ -596,7 +889,14 @@ pub(crate) fn import(
             "text",
             "textId",
         ],
-    )? {
+        Some(SidePass {
+            cols: &["eventType", "domainId", "category", "text", "textId"],
+            tail: &tail,
+            keep: &registration,
+            f: &mut register,
+        }),
+    )?;
+    if let Some(sql) = nvtx {
         source_events += src.query(sql, |r| {
             let kind = match get_i64(r, 2) {
                 Some(NVTX_PUSH_POP) => RangeKind::NvtxPushPop,
