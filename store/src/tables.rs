@@ -19,7 +19,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use crate::reader::pages::varint;
+use crate::reader::pages::{be16, be32, local_size, varint, Geometry};
 
 /// Deeper than any b-tree of a file that fits on a disk; deeper means a corrupt file.
 const MAX_DEPTH: usize = 20;
@@ -51,39 +51,11 @@ impl TableFile {
         let len = file.metadata().ok()?.len();
         let mut h = [0u8; 100];
         file.read_exact_at(&mut h, 0).ok()?;
-        if &h[..16] != b"SQLite format 3\0" {
-            return None;
-        }
-        let page_size = match u16::from_be_bytes([h[16], h[17]]) {
-            1 => 65_536,
-            n => n as usize,
-        };
-        // 1 = rollback journal (2 = WAL, where the newest pages may be in the -wal file);
-        // payload fractions fixed at 64, 32, 32; UTF-8.
-        if page_size < 512
-            || !page_size.is_power_of_two()
-            || h[18] != 1
-            || h[19] != 1
-            || h[21..24] != [64, 32, 32]
-            || u32::from_be_bytes([h[56], h[57], h[58], h[59]]) != 1
-        {
-            return None;
-        }
-        let usable = page_size - h[20] as usize;
-        if usable < 480 {
-            return None;
-        }
-        let change_counter = u32::from_be_bytes([h[24], h[25], h[26], h[27]]);
-        let valid_for = u32::from_be_bytes([h[92], h[93], h[94], h[95]]);
-        let in_header = u32::from_be_bytes([h[28], h[29], h[30], h[31]]) as u64;
-        let pages = if in_header > 0 && valid_for == change_counter {
-            in_header
-        } else {
-            len / page_size as u64
-        };
-        if pages * page_size as u64 > len {
-            return None;
-        }
+        let Geometry {
+            page_size,
+            usable,
+            pages,
+        } = Geometry::from_header(&h, len).ok()?;
         Some(TableFile {
             file,
             page_size,
@@ -172,14 +144,6 @@ impl TableFile {
             _ => None,
         }
     }
-}
-
-fn be16(b: &[u8], at: usize) -> Option<usize> {
-    Some(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?]) as usize)
-}
-
-fn be32(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
 }
 
 /// Serial type of a column the row reads as NULL without decoding (one the table lacks, or
@@ -511,21 +475,6 @@ impl<'f> TableCursor<'f> {
         }
         let b = self.rec().get(o..o + ((t - 13) / 2) as usize)?;
         std::str::from_utf8(b).ok()
-    }
-}
-
-/// How much of a payload of `size` bytes a table leaf cell holds on its own page.
-fn local_size(usable: usize, size: usize) -> usize {
-    let max_local = usable - 35;
-    if size <= max_local {
-        return size;
-    }
-    let min_local = (usable - 12) * 32 / 255 - 23;
-    let k = min_local + (size - min_local) % (usable - 4);
-    if k <= max_local {
-        k
-    } else {
-        min_local
     }
 }
 

@@ -38,6 +38,65 @@ pub(crate) struct PageFile<'h> {
     _handle: PhantomData<&'h mut ()>,
 }
 
+/// What reading a file's table pages depends on, from its 100-byte header.
+pub(crate) struct Geometry {
+    pub(crate) page_size: usize,
+    /// Page size less the bytes reserved at the end of each page.
+    pub(crate) usable: usize,
+    /// Pages in the file.
+    pub(crate) pages: u64,
+}
+
+impl Geometry {
+    /// The geometry of a file of `len` bytes whose header is `h`, or why its pages cannot be
+    /// read here: only a rollback-journal file in UTF-8 with the format's payload fractions.
+    pub(crate) fn from_header(h: &[u8; 100], len: u64) -> Result<Geometry, &'static str> {
+        if &h[..16] != b"SQLite format 3\0" {
+            return Err("not an SQLite 3 file");
+        }
+        let page_size = match u16::from_be_bytes([h[16], h[17]]) {
+            1 => 65_536,
+            n => n as usize,
+        };
+        if page_size < 512 || !page_size.is_power_of_two() {
+            return Err("page size");
+        }
+        // 1 = rollback journal; 2 = WAL, where the newest pages may be in the -wal file.
+        if h[18] != 1 || h[19] != 1 {
+            return Err("not in rollback-journal mode");
+        }
+        let usable = page_size - h[20] as usize;
+        if usable < 480 {
+            return Err("reserved bytes per page");
+        }
+        // Payload fractions: the format fixes them at 64, 32 and 32.
+        if h[21..24] != [64, 32, 32] {
+            return Err("payload fractions");
+        }
+        if u32::from_be_bytes([h[56], h[57], h[58], h[59]]) != 1 {
+            return Err("text encoding is not UTF-8");
+        }
+        let change_counter = u32::from_be_bytes([h[24], h[25], h[26], h[27]]);
+        let valid_for = u32::from_be_bytes([h[92], h[93], h[94], h[95]]);
+        let in_header = u32::from_be_bytes([h[28], h[29], h[30], h[31]]) as u64;
+        // The header's page count is valid only when written by the version that last
+        // changed the file; else the file's length says.
+        let pages = if in_header > 0 && valid_for == change_counter {
+            in_header
+        } else {
+            len / page_size as u64
+        };
+        if pages * (page_size as u64) > len {
+            return Err("the file is shorter than its header says");
+        }
+        Ok(Geometry {
+            page_size,
+            usable,
+            pages,
+        })
+    }
+}
+
 fn unsupported<'h>(why: &str) -> Option<PageFile<'h>> {
     tracing::debug!("table pages not read directly: {why}");
     None
@@ -81,48 +140,13 @@ impl<'h> PageFile<'h> {
         if !pf.read_at(&mut h, 0) {
             return unsupported("cannot read the file header");
         }
-        if &h[..16] != b"SQLite format 3\0" {
-            return unsupported("not an SQLite 3 file");
-        }
-        let page_size = match u16::from_be_bytes([h[16], h[17]]) {
-            1 => 65_536,
-            n => n as usize,
+        let g = match Geometry::from_header(&h, len.max(0) as u64) {
+            Ok(g) => g,
+            Err(why) => return unsupported(why),
         };
-        if page_size < 512 || !page_size.is_power_of_two() {
-            return unsupported("page size");
-        }
-        // 1 = rollback journal; 2 = WAL, where the newest pages may be in the -wal file.
-        if h[18] != 1 || h[19] != 1 {
-            return unsupported("not in rollback-journal mode");
-        }
-        let usable = page_size - h[20] as usize;
-        if usable < 480 {
-            return unsupported("reserved bytes per page");
-        }
-        // Payload fractions: the format fixes them at 64, 32 and 32.
-        if h[21..24] != [64, 32, 32] {
-            return unsupported("payload fractions");
-        }
-        if u32::from_be_bytes([h[56], h[57], h[58], h[59]]) != 1 {
-            return unsupported("text encoding is not UTF-8");
-        }
-        let change_counter = u32::from_be_bytes([h[24], h[25], h[26], h[27]]);
-        let valid_for = u32::from_be_bytes([h[92], h[93], h[94], h[95]]);
-        let in_header = u32::from_be_bytes([h[28], h[29], h[30], h[31]]) as u64;
-        let len = len.max(0) as u64;
-        // The header's page count is valid only when written by the version that last
-        // changed the file; else the file's length says.
-        let pages = if in_header > 0 && valid_for == change_counter {
-            in_header
-        } else {
-            len / page_size as u64
-        };
-        if pages * (page_size as u64) > len {
-            return unsupported("the file is shorter than its header says");
-        }
-        pf.page_size = page_size;
-        pf.usable = usable;
-        pf.pages = pages;
+        pf.page_size = g.page_size;
+        pf.usable = g.usable;
+        pf.pages = g.pages;
         Some(pf)
     }
 
@@ -187,12 +211,28 @@ struct Walk<'p, 'h, F> {
     row: &'p mut F,
 }
 
-fn be16(b: &[u8], at: usize) -> Option<usize> {
+pub(crate) fn be16(b: &[u8], at: usize) -> Option<usize> {
     Some(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?]) as usize)
 }
 
-fn be32(b: &[u8], at: usize) -> Option<u32> {
+pub(crate) fn be32(b: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+/// How much of a payload of `size` bytes a table leaf cell holds on its own page, for pages of
+/// `usable` bytes.
+pub(crate) fn local_size(usable: usize, size: usize) -> usize {
+    let max_local = usable - 35;
+    if size <= max_local {
+        return size;
+    }
+    let min_local = (usable - 12) * 32 / 255 - 23;
+    let k = min_local + (size - min_local) % (usable - 4);
+    if k <= max_local {
+        k
+    } else {
+        min_local
+    }
 }
 
 /// A varint at the start of `b`: its value and length.
@@ -284,7 +324,7 @@ impl<F: FnMut(i64, &[u8]) -> bool> Walk<'_, '_, F> {
                     }
                     let body = &cell[n1 + n2..];
                     let size = usize::try_from(size).map_err(|_| bad())?;
-                    let local = self.local_size(size);
+                    let local = local_size(self.file.usable, size);
                     let record: &[u8] = if local == size {
                         body.get(..size).ok_or_else(bad)?
                     } else {
@@ -305,22 +345,6 @@ impl<F: FnMut(i64, &[u8]) -> bool> Walk<'_, '_, F> {
                 Ok(())
             }
             _ => Err(Stop::Unexpected("not a table b-tree page")),
-        }
-    }
-
-    /// How much of a payload of `size` bytes a table leaf cell holds on its own page.
-    fn local_size(&self, size: usize) -> usize {
-        let u = self.file.usable;
-        let max_local = u - 35;
-        if size <= max_local {
-            return size;
-        }
-        let min_local = (u - 12) * 32 / 255 - 23;
-        let k = min_local + (size - min_local) % (u - 4);
-        if k <= max_local {
-            k
-        } else {
-            min_local
         }
     }
 
