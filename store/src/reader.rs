@@ -595,7 +595,10 @@ impl Store {
         )?;
         let (first_ns, last_ns) = rt.block_on(sqlx::query_as(SPAN_SQL).fetch_one(&mut *c))?;
         let kernel_time_ns = rt.block_on(
-            q("SELECT coalesce(sum(end_ns - start_ns), 0) FROM kernels").fetch_one(&mut *c),
+            // total() and the cast: a kernel whose end minus start overflows 64 bits (a
+            // corrupt record that was kept) makes a REAL, and an integer sum could overflow;
+            // the cast saturates instead.
+            q("SELECT CAST(total(end_ns - start_ns) AS INTEGER) FROM kernels").fetch_one(&mut *c),
         )?;
         Ok(Info {
             path: self.path.display().to_string(),
