@@ -572,7 +572,7 @@ const BULK_COLUMNS: [(&str, &[&str]); 6] = [
     ),
 ];
 
-/// The indexes on those tables, as `Bulk` builds them (migration 2 declares them).
+/// The indexes on those tables, as `Bulk` builds them (migrations 2 and 5 declare them).
 const BULK_INDEXES: [(&str, &str); 8] = [
     (
         "kernels_by_stream_time",
@@ -590,7 +590,10 @@ const BULK_INDEXES: [(&str, &str); 8] = [
     ),
     ("api_calls_by_thread_time", "api_calls (pid, tid, start_ns)"),
     ("ranges_by_thread_time", "ranges (pid, tid, start_ns)"),
-    ("ranges_by_external", "ranges (external_id)"),
+    (
+        "ranges_by_external",
+        "ranges (external_id) WHERE external_id IS NOT NULL",
+    ),
 ];
 
 /// Creates the file with the whole schema through SQLite (every table and index empty), then
@@ -795,7 +798,8 @@ struct Bulk {
     api_calls_by_correlation: IndexTree<(Option<i64>, i64)>,
     api_calls_by_thread_time: IndexTree<[i64; 3]>,
     ranges_by_thread_time: IndexTree<[i64; 3]>,
-    ranges_by_external: IndexTree<Option<i64>>,
+    /// Partial: only ranges with an External id.
+    ranges_by_external: IndexTree<i64>,
     link: Option<Link>,
 }
 
@@ -942,7 +946,9 @@ impl Bulk {
         self.ranges.add(&mut self.file, id, r)?;
         self.ranges_by_thread_time
             .add([x.pid, x.tid, x.start_ns], id);
-        self.ranges_by_external.add(x.external_id, id);
+        if let Some(e) = x.external_id {
+            self.ranges_by_external.add(e, id);
+        }
         Ok(())
     }
 

@@ -521,9 +521,9 @@ impl IndexKey for (Option<i64>, i64) {
     }
 }
 
-impl IndexKey for Option<i64> {
+impl IndexKey for i64 {
     fn write(&self, rec: &mut Record) {
-        rec.opt(*self);
+        rec.int(*self);
     }
 }
 
