@@ -23,6 +23,7 @@
 //! ```
 
 mod error;
+mod mapped;
 mod model;
 mod names;
 mod ranks;
@@ -35,6 +36,7 @@ mod tables;
 mod writer;
 
 pub use error::{Error, Result};
+pub use mapped::Mapped;
 pub use model::*;
 pub use names::{parse_range_name, ParsedName};
 pub use ranks::{

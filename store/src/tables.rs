@@ -2,8 +2,9 @@
 //! export holds millions of rows; stepping them through SQLite costs far more than decoding
 //! the pages, as for the store's own scans in `reader/pages.rs`).
 //!
-//! A [`TableFile`] is the file opened a second time, read with `pread`; it is meant for a file
-//! that does not change while it is read (an export opened immutable). Each [`TableCursor`]
+//! A [`TableFile`] is the file opened a second time and mapped into memory (read with `pread`
+//! where it cannot be mapped), so that pages are decoded where the page cache holds them; it is
+//! meant for a file that does not change while it is read (an export opened immutable). Each [`TableCursor`]
 //! walks the rows of one table in rowid order, from a rowid to before another, so that several
 //! cursors can step side by side (the sorted runs of a table merged by time). Values read as
 //! [`crate::RawRows`] reads them from a `SELECT` of the same columns, and a cursor that meets
@@ -19,16 +20,23 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
+use crate::mapped::Mapped;
 use crate::reader::pages::{be16, be32, local_size, varint, Geometry};
 
 /// Deeper than any b-tree of a file that fits on a disk; deeper means a corrupt file.
 const MAX_DEPTH: usize = 20;
-/// At most this many consecutive leaf pages are read with one system call by a cursor.
+/// At most this many consecutive leaf pages are read with one system call by a cursor (when
+/// the file is not mapped).
 const CHUNK_PAGES: usize = 8;
+/// In a mapped file, a cursor that releases what it has read ([`TableCursor::releasing`])
+/// takes this many consecutive leaf pages at a time and releases them when it moves on.
+const MAPPED_CHUNK_PAGES: usize = 16;
 
 /// An SQLite file opened for reading its table pages.
 pub struct TableFile {
     file: File,
+    /// The whole file, when it could be mapped.
+    map: Option<Mapped>,
     page_size: usize,
     /// Page size less the bytes reserved at the end of each page.
     usable: usize,
@@ -56,8 +64,10 @@ impl TableFile {
             usable,
             pages,
         } = Geometry::from_header(&h, len).ok()?;
+        let map = Mapped::new(&file, len);
         Some(TableFile {
             file,
+            map,
             page_size,
             usable,
             pages,
@@ -79,14 +89,33 @@ impl TableFile {
         !real && pk == 0 && hidden == 0 && default.is_none_or(|d| d.eq_ignore_ascii_case("NULL"))
     }
 
-    /// Reads pages `first..first + count` into `buf`; false when any lies outside the file.
-    fn read_pages(&self, first: u32, count: usize, buf: &mut Vec<u8>) -> bool {
+    /// Makes pages `first..first + count` readable at the returned offset of `self.bytes(buf)`:
+    /// in the map where the file is mapped, else read into `buf`; `None` when any lies outside
+    /// the file.
+    fn load(&self, first: u32, count: usize, buf: &mut Vec<u8>) -> Option<usize> {
         if first == 0 || count == 0 || u64::from(first) + count as u64 - 1 > self.pages {
-            return false;
+            return None;
         }
-        buf.resize(count * self.page_size, 0);
-        let offset = u64::from(first - 1) * self.page_size as u64;
-        self.file.read_exact_at(buf, offset).is_ok()
+        let offset = usize::try_from(u64::from(first - 1) * self.page_size as u64).ok()?;
+        let len = count * self.page_size;
+        if let Some(map) = &self.map {
+            return (offset + len <= map.len()).then_some(offset);
+        }
+        buf.resize(len, 0);
+        self.file.read_exact_at(buf, offset as u64).ok()?;
+        Some(0)
+    }
+
+    /// Pages `count` from offset `at` (of [`Self::load`]) are no longer needed in memory.
+    fn release(&self, at: usize, count: usize) {
+        if let Some(map) = &self.map {
+            map.release(at, count * self.page_size);
+        }
+    }
+
+    /// What [`Self::load`]'s offsets index: the map, or the buffer pages were read into.
+    fn bytes<'a>(&'a self, buf: &'a [u8]) -> &'a [u8] {
+        self.map.as_deref().unwrap_or(buf)
     }
 
     /// The leaf pages of the table b-tree rooted at `root`; `None` when its interior pages are
@@ -109,10 +138,11 @@ impl TableFile {
         buf: &mut Vec<u8>,
         out: &mut Leaves,
     ) -> Option<()> {
-        if depth >= MAX_DEPTH || !self.read_pages(pgno, 1, buf) {
+        if depth >= MAX_DEPTH {
             return None;
         }
-        let page = &buf[..self.usable];
+        let at = self.load(pgno, 1, buf)?;
+        let page = &self.bytes(buf)[at..at + self.usable];
         let at = if pgno == 1 { 100 } else { 0 };
         match *page.get(at)? {
             0x0d => {
@@ -162,9 +192,13 @@ pub struct TableCursor<'f> {
     hi: Option<i64>,
     /// The next leaf (index into `leaves`) to read into `buf`.
     next_leaf: usize,
-    /// Leaf pages read, `buf_leaves.0` the index of the first, `buf_leaves.1` how many.
+    /// Leaf pages loaded (`TableFile::load`), `buf_leaves.0` the index of the first,
+    /// `buf_leaves.1` how many, at `base` in `file.bytes(&buf)`.
     buf: Vec<u8>,
+    base: usize,
     buf_leaves: (usize, usize),
+    /// Whether pages are released once read (see [`TableCursor::releasing`]).
+    release: bool,
     /// Whether `buf` holds leaves yet.
     loaded: bool,
     /// The leaf being read (index into the buffer), its cell count and next cell.
@@ -222,7 +256,9 @@ impl<'f> TableCursor<'f> {
             hi,
             next_leaf,
             buf: Vec::new(),
+            base: 0,
             buf_leaves: (0, 0),
+            release: false,
             loaded: false,
             leaf: 0,
             cells: 0,
@@ -236,6 +272,14 @@ impl<'f> TableCursor<'f> {
             offsets: vec![0; width],
             done: false,
         }
+    }
+
+    /// Releases each run of leaf pages of a mapped file from the process's memory once the
+    /// cursor has read it, so that a pass over a large file holds what it is reading rather
+    /// than the whole file (pages read again fault back in from the page cache).
+    pub fn releasing(mut self) -> Self {
+        self.release = true;
+        self
     }
 
     /// Moves to the next row: `Ok(false)` after the last; `Err` when the pages hold something
@@ -279,23 +323,29 @@ impl<'f> TableCursor<'f> {
                 }
                 let first = self.next_leaf;
                 let pages = &self.leaves.pages;
+                let chunk = if self.release && self.file.map.is_some() {
+                    if self.loaded {
+                        self.file.release(self.base, self.buf_leaves.1);
+                    }
+                    MAPPED_CHUNK_PAGES
+                } else {
+                    CHUNK_PAGES
+                };
                 let mut n = 1;
-                while n < CHUNK_PAGES
+                while n < chunk
                     && first + n < pages.len()
                     && pages[first + n] == pages[first + n - 1].wrapping_add(1)
                 {
                     n += 1;
                 }
-                if !self.file.read_pages(pages[first], n, &mut self.buf) {
-                    return None;
-                }
+                self.base = self.file.load(pages[first], n, &mut self.buf)?;
                 self.buf_leaves = (first, n);
                 self.next_leaf = first + n;
                 self.leaf = 0;
                 self.loaded = true;
             }
             let (off, at) = self.page_pos();
-            let page = &self.buf[off..off + self.file.usable];
+            let page = &self.file.bytes(&self.buf)[off..off + self.file.usable];
             if *page.get(at)? != 0x0d {
                 return None;
             }
@@ -304,11 +354,12 @@ impl<'f> TableCursor<'f> {
         }
     }
 
-    /// Where the leaf being read starts in `buf`, and where its header starts in it.
+    /// Where the leaf being read starts in `file.bytes(&buf)`, and where its header starts in
+    /// it.
     fn page_pos(&self) -> (usize, usize) {
         let pgno = self.leaves.pages[self.buf_leaves.0 + self.leaf];
         (
-            self.leaf * self.file.page_size,
+            self.base + self.leaf * self.file.page_size,
             if pgno == 1 { 100 } else { 0 },
         )
     }
@@ -318,7 +369,8 @@ impl<'f> TableCursor<'f> {
     fn cell_at(&mut self, c: usize) -> Option<Cell> {
         let usable = self.file.usable;
         let (page_off, at) = self.page_pos();
-        let page = &self.buf[page_off..page_off + usable];
+        let file = self.file;
+        let page = &file.bytes(&self.buf)[page_off..page_off + usable];
         let ptr = be16(page, at + 8 + 2 * c)?;
         let cell = page.get(ptr..)?;
         let (size, n1) = varint(cell)?;
@@ -359,14 +411,16 @@ impl<'f> TableCursor<'f> {
     }
 
     fn read_overflow(&self, mut next: u32, size: usize, rec: &mut Vec<u8>) -> Option<()> {
-        let mut page = Vec::new();
+        let mut buf = Vec::new();
         let mut hops = 0u64;
         while rec.len() < size {
             hops += 1;
-            if next == 0 || hops > self.file.pages || !self.file.read_pages(next, 1, &mut page) {
+            if next == 0 || hops > self.file.pages {
                 return None;
             }
-            next = be32(&page, 0)?;
+            let at = self.file.load(next, 1, &mut buf)?;
+            let page = &self.file.bytes(&buf)[at..at + self.file.page_size];
+            next = be32(page, 0)?;
             let take = (size - rec.len()).min(self.file.usable - 4);
             rec.extend_from_slice(&page[4..4 + take]);
         }
@@ -375,7 +429,7 @@ impl<'f> TableCursor<'f> {
 
     fn rec(&self) -> &[u8] {
         match self.rec_at {
-            Some((at, len)) => &self.buf[at..at + len],
+            Some((at, len)) => &self.file.bytes(&self.buf)[at..at + len],
             None => &self.overflow,
         }
     }
@@ -383,8 +437,9 @@ impl<'f> TableCursor<'f> {
     /// Each slot's serial type and where its value starts, for the first `width` columns.
     fn decode_header(&mut self) -> Option<()> {
         let (rec_at, width) = (self.rec_at, self.width);
+        let file = self.file;
         let rec: &[u8] = match rec_at {
-            Some((at, len)) => &self.buf[at..at + len],
+            Some((at, len)) => &file.bytes(&self.buf)[at..at + len],
             None => &self.overflow,
         };
         let (header_len, mut h) = varint(rec)?;
@@ -568,12 +623,28 @@ mod tests {
         assert!(!TableFile::plain_column("REAL", None, 0, 0));
         assert!(!TableFile::plain_column("INTEGER", Some("0"), 0, 0));
         assert!(TableFile::plain_column("", Some("NULL"), 0, 0));
-        let file = TableFile::open(&path).unwrap();
-        let leaves = file.leaves(root as u32).unwrap();
+        let mapped = TableFile::open(&path).unwrap();
+        assert!(mapped.map.is_some());
+        // The same file read with `pread`, as where it cannot be mapped.
+        let read = TableFile {
+            map: None,
+            ..TableFile::open(&path).unwrap()
+        };
+        let leaves = mapped.leaves(root as u32).unwrap();
         assert!(leaves.pages.len() > 10, "a tree of several levels");
+        assert!(read.leaves(root as u32).unwrap().pages == leaves.pages);
         let cols = vec![Some(0), Some(1), Some(2), None, Some(3)];
-        for (lo, hi) in [(None, None), (Some(77), Some(3001)), (Some(4990), None)] {
-            let mut c = TableCursor::new(&file, &leaves, cols.clone(), lo, hi);
+        for (file, lo, hi, release) in [(None, None), (Some(77), Some(3001)), (Some(4990), None)]
+            .into_iter()
+            .flat_map(|(lo, hi)| {
+                [(&mapped, false), (&mapped, true), (&read, false)]
+                    .map(|(file, release)| (file, lo, hi, release))
+            })
+        {
+            let mut c = TableCursor::new(file, &leaves, cols.clone(), lo, hi);
+            if release {
+                c = c.releasing();
+            }
             let mut got = Vec::new();
             while c.step().unwrap() {
                 let s = c.text(2).map(str::to_string);

@@ -15,8 +15,8 @@ use std::io::Read;
 use std::path::Path;
 
 use fuseprof_store::{
-    Api, ApiCall, CopyKind, CreateOptions, Device, Flow, FlowPhase, Kernel, Memop, MemopKind,
-    Range, RangeKind, RunInfo, StrId, Writer,
+    Api, ApiCall, CopyKind, CreateOptions, Device, Flow, FlowPhase, Kernel, Mapped, Memop,
+    MemopKind, Range, RangeKind, RunInfo, StrId, Writer,
 };
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
@@ -46,63 +46,6 @@ impl std::ops::Deref for Source {
         }
     }
 }
-
-/// A file mapped read-only into memory, whole.
-///
-/// Mapping spares reading the file into a buffer of its own: no copy out of the page cache,
-/// no fresh pages to zero and fault in for the copy. As with any mapped file, a process that
-/// truncates the file meanwhile makes reads past its new end fault (SIGBUS).
-pub struct Mapped {
-    ptr: std::ptr::NonNull<u8>,
-    len: usize,
-}
-
-impl Mapped {
-    /// `file`'s first `len` bytes (its size), or `None` when it cannot be mapped (a pipe, an
-    /// empty file): the caller then reads it.
-    fn new(file: &std::fs::File, len: u64) -> Option<Mapped> {
-        use std::os::fd::AsRawFd;
-        let len = usize::try_from(len).ok().filter(|&n| n > 0)?;
-        // SAFETY: a fresh private read-only mapping of an open file descriptor; the kernel
-        // checks the arguments, and the mapping stays valid until `munmap` in `drop`.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_PRIVATE,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return None;
-        }
-        Some(Mapped {
-            ptr: std::ptr::NonNull::new(p.cast())?,
-            len,
-        })
-    }
-}
-
-impl std::ops::Deref for Mapped {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        // SAFETY: `ptr` points to `len` mapped, readable bytes that live as long as `self`.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
-    }
-}
-
-impl Drop for Mapped {
-    fn drop(&mut self) {
-        // SAFETY: the mapping `new` made, unmapped once; no slice of it outlives `self`.
-        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
-    }
-}
-
-// SAFETY: the mapping is read-only memory owned by the value, like a `Box<[u8]>`.
-unsafe impl Send for Mapped {}
-unsafe impl Sync for Mapped {}
 
 /// Fresh memory for inflating into, mapped anonymous and (when asked) populated up front: one
 /// system call allocates every page, where filling a growing vector takes a page fault for

@@ -475,7 +475,9 @@ impl<'p> Source<'p> {
                     .ranges
                     .iter()
                     .map(|&(lo, hi)| Cursor::Page {
-                        cursor: Box::new(TableCursor::new(file, &p.leaves, p.cols.clone(), lo, hi)),
+                        cursor: Box::new(
+                            TableCursor::new(file, &p.leaves, p.cols.clone(), lo, hi).releasing(),
+                        ),
                         hi,
                     })
                     .collect(),

@@ -1,0 +1,81 @@
+//! A file mapped read-only into memory, for readers of large outside files (the Kineto
+//! importer's JSON, the nsys importer's export pages).
+
+/// A file mapped read-only into memory, whole.
+///
+/// Mapping spares reading the file into a buffer of its own: no copy out of the page cache,
+/// no fresh pages to zero and fault in for the copy. As with any mapped file, a process that
+/// truncates the file meanwhile makes reads past its new end fault (SIGBUS).
+pub struct Mapped {
+    ptr: std::ptr::NonNull<u8>,
+    len: usize,
+}
+
+impl Mapped {
+    /// `file`'s first `len` bytes (its size), or `None` when it cannot be mapped (a pipe, an
+    /// empty file): the caller then reads it.
+    pub fn new(file: &std::fs::File, len: u64) -> Option<Mapped> {
+        use std::os::fd::AsRawFd;
+        let len = usize::try_from(len).ok().filter(|&n| n > 0)?;
+        // SAFETY: a fresh private read-only mapping of an open file descriptor; the kernel
+        // checks the arguments, and the mapping stays valid until `munmap` in `drop`.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return None;
+        }
+        Some(Mapped {
+            ptr: std::ptr::NonNull::new(p.cast())?,
+            len,
+        })
+    }
+}
+
+impl Mapped {
+    /// Lets the kernel drop the pages wholly inside `at..at + len` from this process's memory,
+    /// for a reader done with them: read again, they fault back in from the page cache
+    /// unchanged (the mapping is private and never written), so slices stay valid.
+    pub fn release(&self, at: usize, len: usize) {
+        const PAGE: usize = 4096;
+        let start = at.next_multiple_of(PAGE);
+        let end = at.saturating_add(len).min(self.len) / PAGE * PAGE;
+        if start < end {
+            // SAFETY: a range of this mapping (bounded by `len` above); MADV_DONTNEED on a
+            // private file mapping with no written pages keeps its contents.
+            unsafe {
+                libc::madvise(
+                    self.ptr.as_ptr().add(start).cast(),
+                    end - start,
+                    libc::MADV_DONTNEED,
+                )
+            };
+        }
+    }
+}
+
+impl std::ops::Deref for Mapped {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `ptr` points to `len` mapped, readable bytes that live as long as `self`.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        // SAFETY: the mapping `new` made, unmapped once; no slice of it outlives `self`.
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+// SAFETY: the mapping is read-only memory owned by the value, like a `Box<[u8]>`.
+unsafe impl Send for Mapped {}
+unsafe impl Sync for Mapped {}
