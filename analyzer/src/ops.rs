@@ -3,6 +3,8 @@
 
 use std::collections::HashMap;
 
+use crate::hotspots::FxMap;
+
 /// Range-name parsing lives in the store crate, shared with the collector's ingest.
 pub use fuseprof_store::{parse_range_name, ParsedName};
 use fuseprof_store::{LeanRange, RangeKind, Strings};
@@ -194,7 +196,7 @@ pub(crate) struct Tree {
     pub thread_start: Vec<u32>,
     /// (pid, tid) of each thread index.
     pub threads: Vec<(i64, i64)>,
-    pub thread_index: HashMap<(i64, i64), u32>,
+    pub thread_index: FxMap<(i64, i64), u32>,
     /// Oddities met and how they were handled.
     pub unclosed: u64,
     pub clipped: u64,
@@ -210,7 +212,7 @@ pub(crate) struct TreeBuilder<'n> {
     last_thread: Option<((i64, i64), u32)>,
     ranges: Vec<RangeRec>,
     threads: Vec<(i64, i64)>,
-    thread_index: HashMap<(i64, i64), u32>,
+    thread_index: FxMap<(i64, i64), u32>,
     unclosed: u64,
     reversed: u64,
     pub latest_ns: i64,
@@ -227,7 +229,7 @@ impl<'n> TreeBuilder<'n> {
             last_thread: None,
             ranges: Vec::new(),
             threads: Vec::new(),
-            thread_index: HashMap::new(),
+            thread_index: FxMap::default(),
             unclosed: 0,
             reversed: 0,
             latest_ns: i64::MIN,

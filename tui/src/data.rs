@@ -27,8 +27,9 @@ pub struct Meta {
 }
 
 impl Meta {
-    /// The track index of a stream or thread.
-    pub fn track_index(&self) -> HashMap<TrackKey, usize> {
+    /// The track index of a stream or thread (looked up once per record by the summary pass,
+    /// hence FxHash).
+    pub fn track_index(&self) -> rustc_hash::FxHashMap<TrackKey, usize> {
         self.tracks
             .iter()
             .enumerate()
