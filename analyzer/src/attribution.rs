@@ -81,8 +81,10 @@ struct Joiner<'a> {
     out: Attributed,
     /// Items without a launch record but with an External id: (item, pid, external id).
     pending: Vec<(u32, Option<i64>, i64)>,
-    /// Where the previous searches ended (records come nearly in launch order).
-    launch_hint: usize,
+    /// Where the previous search for each process's launches ended (a process's records come
+    /// nearly in launch order, but records of several processes interleave, each with
+    /// correlation ids of its own).
+    launch_hints: Vec<(Option<i64>, usize)>,
     range_hints: Vec<usize>,
 }
 
@@ -110,10 +112,20 @@ impl Joiner<'_> {
     /// The launch call for (pid, correlation id): with a pid, the one of that process; without,
     /// only when the correlation id is unambiguous.
     fn find_launch(&mut self, pid: Option<i64>, corr: i64) -> Option<usize> {
-        let lo = crate::ops::gallop(&self.launches, self.launch_hint, |l| {
+        /// Processes with a hint of their own; beyond that they share the last.
+        const HINTS: usize = 64;
+        let h = match self.launch_hints.iter().position(|&(p, _)| p == pid) {
+            Some(h) => h,
+            None if self.launch_hints.len() < HINTS => {
+                self.launch_hints.push((pid, 0));
+                self.launch_hints.len() - 1
+            }
+            None => HINTS - 1,
+        };
+        let lo = crate::ops::gallop(&self.launches, self.launch_hints[h].1, |l| {
             l.correlation_id < corr
         });
-        self.launch_hint = lo;
+        self.launch_hints[h].1 = lo;
         let mut found = None;
         for (i, l) in self.launches[lo..].iter().enumerate() {
             if l.correlation_id != corr {
@@ -274,7 +286,7 @@ pub(crate) fn attribute(
             launches: 0,
         },
         pending: Vec::new(),
-        launch_hint: 0,
+        launch_hints: Vec::new(),
         range_hints: vec![0; tree.threads.len()],
     };
     let push_kernel = |j: &mut Joiner<'_>, k: &LeanKernel, class: Class| {
