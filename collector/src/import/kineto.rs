@@ -1,11 +1,12 @@
 //! PyTorch profiler (Kineto) Chrome-trace JSON, plain or gzip-compressed.
 //!
-//! The whole file is mapped into memory (or read, and inflated when compressed) once and
-//! parsed in place by a scanner made for Kineto's event shape (`scan.rs`, with serde_json for
-//! anything else): strings are borrowed from those bytes where they carry no escapes, and each
-//! element of `traceEvents` is handed to the writer as soon as it is parsed, so no event list
-//! is ever built.
+//! A plain file is mapped into memory (or read) whole and parsed in place; a gzip file is
+//! inflated as it is parsed, through a window of a few megabytes (`feed.rs`). The scanner is
+//! made for Kineto's event shape (`scan.rs`, with serde_json for anything else): strings are
+//! borrowed from the bytes where they carry no escapes, and each element of `traceEvents` is
+//! handed to the writer as soon as it is parsed, so no event list is ever built.
 
+mod feed;
 mod scan;
 
 use std::borrow::Cow;
@@ -24,16 +25,16 @@ use serde_json::value::RawValue;
 
 use super::{nominal_peaks, Format, ImportError, ImportReport, Result};
 use crate::progress::{Counting, Progress};
+use feed::{Feed, Window};
 use scan::ScanError;
 
 /// Events between two updates of the progress counters.
 const PROGRESS_EVERY: u64 = 4096;
 
-/// A trace's bytes: the file mapped into memory, or read (and inflated) into a buffer.
+/// A trace file's bytes: mapped into memory, or read into a buffer.
 pub enum Source {
     Mapped(Mapped),
     Read(Vec<u8>),
-    Inflated(Anon),
 }
 
 impl std::ops::Deref for Source {
@@ -42,111 +43,12 @@ impl std::ops::Deref for Source {
         match self {
             Source::Mapped(m) => m,
             Source::Read(v) => v,
-            Source::Inflated(a) => a,
         }
     }
 }
 
-/// Fresh memory for inflating into, mapped anonymous and (when asked) populated up front: one
-/// system call allocates every page, where filling a growing vector takes a page fault for
-/// every 4 KiB (and its reads zero each chunk before inflating into it).
-pub struct Anon {
-    ptr: std::ptr::NonNull<u8>,
-    len: usize,
-    cap: usize,
-}
-
-impl Anon {
-    fn new(cap: usize, populate: bool) -> std::io::Result<Anon> {
-        let cap = cap.max(1 << 16);
-        let populate = if populate { libc::MAP_POPULATE } else { 0 };
-        // SAFETY: a fresh private anonymous mapping; the kernel checks the arguments.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                cap,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | populate,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(Anon {
-            ptr: std::ptr::NonNull::new(p.cast()).ok_or(std::io::ErrorKind::OutOfMemory)?,
-            len: 0,
-            cap,
-        })
-    }
-
-    /// Doubles the room (the pages added are faulted in as they are filled).
-    fn grow(&mut self) -> std::io::Result<()> {
-        let cap = self
-            .cap
-            .checked_mul(2)
-            .ok_or(std::io::ErrorKind::OutOfMemory)?;
-        // SAFETY: remaps the mapping `new` made, moving it if it must; the old address is not
-        // used again.
-        let p = unsafe {
-            libc::mremap(
-                self.ptr.as_ptr().cast(),
-                self.cap,
-                cap,
-                libc::MREMAP_MAYMOVE,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        self.ptr = std::ptr::NonNull::new(p.cast()).ok_or(std::io::ErrorKind::OutOfMemory)?;
-        self.cap = cap;
-        Ok(())
-    }
-
-    /// The room after the bytes filled so far (zeroed memory, as the mapping made it).
-    fn spare(&mut self) -> &mut [u8] {
-        // SAFETY: `cap` mapped, writable bytes from `ptr`, owned by `self`.
-        unsafe {
-            std::slice::from_raw_parts_mut(self.ptr.as_ptr().add(self.len), self.cap - self.len)
-        }
-    }
-}
-
-impl std::ops::Deref for Anon {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        // SAFETY: the first `len` bytes of the mapping, filled, live as long as `self`.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
-    }
-}
-
-impl Drop for Anon {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made by `new` (or `grow`), unmapped once.
-        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.cap) };
-    }
-}
-
-// SAFETY: memory owned by the value, like a `Vec<u8>`.
-unsafe impl Send for Anon {}
-unsafe impl Sync for Anon {}
-
-/// How many bytes the gzip data `gz` likely inflates to: its trailer's ISIZE (a single
-/// member's size modulo 2^32) where that is plausible, else eight times `gz`.
-fn inflated_size_hint(gz: &[u8]) -> usize {
-    // Deflate expands at most about 1032 times.
-    gz.len()
-        .checked_sub(4)
-        .map(|at| u32::from_le_bytes([gz[at], gz[at + 1], gz[at + 2], gz[at + 3]]) as usize)
-        .filter(|&n| n >= gz.len() && n / 1032 <= gz.len())
-        .unwrap_or(gz.len().saturating_mul(8))
-        .saturating_add(1)
-}
-
-/// The file's bytes, mapped when it can be, inflated when it is gzip-compressed.
-pub fn read_source(path: &Path, progress: Option<&Progress>) -> Result<Source> {
+/// The file's bytes, mapped when it can be.
+fn read_file(path: &Path, progress: Option<&Progress>) -> Result<Source> {
     let io = |source| ImportError::Io {
         path: path.into(),
         error: source,
@@ -156,12 +58,12 @@ pub fn read_source(path: &Path, progress: Option<&Progress>) -> Result<Source> {
     if let Some(p) = progress {
         p.phase("reading", size);
     }
-    let raw = match Mapped::new(&file, size) {
+    match Mapped::new(&file, size) {
         Some(m) => {
             if let Some(p) = progress {
                 p.add_bytes_done(size);
             }
-            Source::Mapped(m)
+            Ok(Source::Mapped(m))
         }
         None => {
             let mut raw = Vec::with_capacity(size as usize);
@@ -177,41 +79,26 @@ pub fn read_source(path: &Path, progress: Option<&Progress>) -> Result<Source> {
                     p.add_bytes_done(n as u64);
                 }
             }
-            Source::Read(raw)
+            Ok(Source::Read(raw))
         }
-    };
-    if raw.starts_with(&[0x1f, 0x8b]) {
-        if let Some(p) = progress {
-            p.phase("inflating", raw.len() as u64);
-        }
-        let hint = inflated_size_hint(&raw);
-        // Populated only when the hint is a size JSON compresses from, so that a trailer
-        // that claims more does not allocate it all at once.
-        let mut out = Anon::new(hint, hint / 64 <= raw.len()).map_err(io)?;
-        let mut gz = flate2::read::MultiGzDecoder::new(Counting {
-            inner: &raw[..],
-            progress,
-        });
-        loop {
-            if out.len == out.cap {
-                out.grow().map_err(io)?;
-            }
-            match gz.read(out.spare()) {
-                Ok(0) => break,
-                Ok(n) => out.len += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(ImportError::format(path, format!("corrupt gzip data: {e}"))),
-            }
-        }
-        Ok(Source::Inflated(out))
-    } else if path.extension().is_some_and(|e| e == "gz") {
-        Err(ImportError::format(
-            path,
-            "named .gz but not gzip-compressed",
-        ))
-    } else {
-        Ok(raw)
     }
+}
+
+fn is_gzip(raw: &[u8]) -> bool {
+    raw.starts_with(&[0x1f, 0x8b])
+}
+
+/// The trace's text, inflated when it is gzip-compressed (whole, for wording an error).
+fn whole_text(path: &Path, raw: &[u8]) -> Result<Vec<u8>> {
+    let mut text = Vec::new();
+    if is_gzip(raw) {
+        flate2::read::MultiGzDecoder::new(raw)
+            .read_to_end(&mut text)
+            .map_err(|e| ImportError::format(path, format!("corrupt gzip data: {e}")))?;
+    } else {
+        text.extend_from_slice(raw);
+    }
+    Ok(text)
 }
 
 pub(crate) fn import(
@@ -220,24 +107,71 @@ pub(crate) fn import(
     create: CreateOptions,
     progress: Option<&Progress>,
 ) -> Result<ImportReport> {
-    let buf = read_source(path, progress)?;
-    // One UTF-8 check over the whole buffer is far cheaper than serde_json's check per string.
-    let text = std::str::from_utf8(&buf).map_err(|e| {
-        ImportError::format(path, format!("not UTF-8 text (byte {})", e.valid_up_to()))
-    })?;
-    if let Some(p) = progress {
-        p.phase("parsing", text.len() as u64);
+    import_with(path, output, create, progress, Window::DEFAULT)
+}
+
+/// [`import`], a gzip file inflated through windows of `window`'s sizes.
+fn import_with(
+    path: &Path,
+    output: &Path,
+    create: CreateOptions,
+    progress: Option<&Progress>,
+    window: Window,
+) -> Result<ImportReport> {
+    let raw = read_file(path, progress)?;
+    if !is_gzip(&raw) && path.extension().is_some_and(|e| e == "gz") {
+        return Err(ImportError::format(
+            path,
+            "named .gz but not gzip-compressed",
+        ));
     }
+    let mut feed = if is_gzip(&raw) {
+        if let Some(p) = progress {
+            // Progress in compressed bytes, as they are inflated.
+            p.phase("parsing", raw.len() as u64);
+        }
+        Feed::stream(
+            Box::new(flate2::read::MultiGzDecoder::new(Counting {
+                inner: &raw[..],
+                progress,
+            })),
+            window,
+        )
+    } else {
+        // One UTF-8 check over the whole text is far cheaper than serde_json's check per
+        // string.
+        let text = std::str::from_utf8(&raw).map_err(|e| {
+            ImportError::format(path, format!("not UTF-8 text (byte {})", e.valid_up_to()))
+        })?;
+        if let Some(p) = progress {
+            p.phase("parsing", text.len() as u64);
+        }
+        Feed::whole(text)
+    };
     let mut writer = Writer::create(output, create)?;
     // Kineto files kernels under a per-device "process"; the launching process comes from the
     // runtime call with the same correlation id.
     writer.link_gpu_pids(true);
     let mut sink = Sink::new(&mut writer);
-    sink.progress = progress.map(|p| (p, text.as_ptr() as usize));
-    match scan::parse(text, &mut sink) {
+    sink.progress = progress.map(|p| (p, (!is_gzip(&raw)).then(|| raw.as_ptr() as usize)));
+    match scan::parse(&mut feed, &mut sink) {
         Ok(()) => {}
         Err(ScanError::Sink(e)) => return Err(e.into()),
+        Err(ScanError::Read(e)) => {
+            return Err(ImportError::format(path, format!("corrupt gzip data: {e}")))
+        }
+        Err(ScanError::NotUtf8(at)) => {
+            return Err(ImportError::format(
+                path,
+                format!("not UTF-8 text (byte {at})"),
+            ))
+        }
         Err(ScanError::Invalid) => {
+            drop(feed);
+            let text = whole_text(path, &raw)?;
+            let text = std::str::from_utf8(&text).map_err(|e| {
+                ImportError::format(path, format!("not UTF-8 text (byte {})", e.valid_up_to()))
+            })?;
             let what = check(text).map_or_else(
                 || "not a PyTorch-profiler trace".to_string(),
                 |e| describe_json_error(&e),
@@ -368,9 +302,10 @@ struct Sink<'w> {
     run: RunInfo,
     devices: Vec<Device>,
     cat_ids: HashMap<String, StrId>,
-    /// The counters to advance, and the address of the text being parsed: an event's
-    /// borrowed `ts` lies in it, so its address gives the bytes parsed so far.
-    progress: Option<(&'w Progress, usize)>,
+    /// The counters to advance, and the address of the text being parsed when it is whole: an
+    /// event's borrowed `ts` lies in it, so its address gives the bytes parsed so far (a
+    /// stream counts its bytes as it reads them).
+    progress: Option<(&'w Progress, Option<usize>)>,
 }
 
 impl<'w> Sink<'w> {
@@ -448,8 +383,10 @@ impl<'w> Sink<'w> {
     fn event(&mut self, e: &RawEvent<'_>) -> fuseprof_store::Result<()> {
         self.events += 1;
         if self.events.is_multiple_of(PROGRESS_EVERY) {
-            if let (Some((p, base)), Some(ts)) = (self.progress, e.ts) {
-                p.set_bytes_done((ts.0.as_ptr() as usize).saturating_sub(base) as u64);
+            if let Some((p, base)) = self.progress {
+                if let (Some(base), Some(ts)) = (base, e.ts) {
+                    p.set_bytes_done((ts.0.as_ptr() as usize).saturating_sub(base) as u64);
+                }
                 p.set_events(self.events);
             }
         }
@@ -918,6 +855,165 @@ struct DistributedInfo<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every table of a run but `run` (which holds the import's time), row by row as text.
+    fn dump(path: &Path) -> Vec<(String, Vec<String>)> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            use sqlx::ConnectOptions;
+            let mut c = sqlx::sqlite::SqliteConnectOptions::new()
+                .filename(path)
+                .read_only(true)
+                .connect()
+                .await
+                .unwrap();
+            let tables: Vec<(String,)> = sqlx::query_as(
+                "SELECT name FROM sqlite_schema WHERE type = 'table' \
+                 AND name NOT IN ('run', '_sqlx_migrations') ORDER BY name",
+            )
+            .fetch_all(&mut c)
+            .await
+            .unwrap();
+            let mut out = Vec::new();
+            for (t,) in tables {
+                let cols: Vec<(String,)> =
+                    sqlx::query_as("SELECT name FROM pragma_table_info(?) ORDER BY cid")
+                        .bind(&t)
+                        .fetch_all(&mut c)
+                        .await
+                        .unwrap();
+                let row = cols
+                    .iter()
+                    .map(|(c,)| format!("quote(\"{c}\")"))
+                    .collect::<Vec<_>>()
+                    .join(" || '|' || ");
+                let rows: Vec<(String,)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                    "SELECT {row} FROM \"{t}\" ORDER BY 1"
+                )))
+                .fetch_all(&mut c)
+                .await
+                .unwrap();
+                out.push((t, rows.into_iter().map(|r| r.0).collect()));
+            }
+            out
+        })
+    }
+
+    fn gzip(text: &[u8]) -> Vec<u8> {
+        use std::io::Write;
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(text).unwrap();
+        e.finish().unwrap()
+    }
+
+    /// A gzip trace read through windows of a few bytes (every element cut by a refill, every
+    /// element read again after a failed try) gives the run its whole text gives: on every
+    /// Kineto fixture, and on traces of unusual shape (whitespace between every token,
+    /// escapes and other events for serde_json, keys after `traceEvents`, a bare array, UTF-8
+    /// cut by the reads).
+    #[test]
+    fn windows_over_a_stream_give_the_run_the_whole_text_gives() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut texts: Vec<(String, Vec<u8>)> = fuseprof_fixtures::KINETO
+            .iter()
+            .take(3)
+            .map(|f| {
+                let raw = std::fs::read(fuseprof_fixtures::path(f)).unwrap();
+                (f.to_string(), whole_text(Path::new(f), &raw).unwrap())
+            })
+            .collect();
+        let events = r#"[
+            {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 2,
+             "ts": 10.5, "dur": 3, "args": {"External id": 7, "Input Dims": [[2, 3], [3, 4]],
+             "Input type": ["float", "float"], "Other": {"a": [1, 2.5e3, null, true]}}},
+            {"ph":"X","cat":"kernel","name":"k\u00e9rnel \"quoted\"","pid":0,"tid":7,
+             "ts":11,"dur":1,"args":{"correlation":9,"device":0,"stream":7,
+             "grid":[1,1,1],"block":[32,1,1]}},
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel ü", "pid": 1,
+             "tid": 2, "ts": 10.75, "dur": 0.5, "args": {"correlation": 9}},
+            {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 2,
+             "ts": 1e1, "dur": 2.0, "id": "0x10", "args": {"External id": 8}}
+        ]"#;
+        texts.push((
+            "object".into(),
+            format!(
+                r#" {{ "schemaVersion": 1, "traceEvents": {events},
+                  "deviceProperties": [{{"id": 0, "name": "NVIDIA H100 80GB HBM3"}}],
+                  "distributedInfo": {{"rank": 0}}, "other": {{"x": "ünïcode"}} }} "#
+            )
+            .into_bytes(),
+        ));
+        texts.push(("array".into(), events.as_bytes().to_vec()));
+        for (name, text) in &texts {
+            let plain = dir.path().join("whole.json");
+            std::fs::write(&plain, text).unwrap();
+            let want_out = dir.path().join("whole.sqlite");
+            let _ = std::fs::remove_file(&want_out);
+            let want_report = import(&plain, &want_out, CreateOptions::default(), None).unwrap();
+            let want = dump(&want_out);
+            let gz = dir.path().join("stream.json.gz");
+            std::fs::write(&gz, gzip(text)).unwrap();
+            for (chunk, ahead) in [(1, 1), (7, 3), (64, 16), (4096, 1024), (1 << 20, 1 << 16)] {
+                let out = dir.path().join(format!("stream-{chunk}.sqlite"));
+                let _ = std::fs::remove_file(&out);
+                let report = import_with(
+                    &gz,
+                    &out,
+                    CreateOptions::default(),
+                    None,
+                    Window { chunk, ahead },
+                )
+                .unwrap_or_else(|e| panic!("{name}, window {chunk}/{ahead}: {e}"));
+                assert_eq!(report.source_events, want_report.source_events, "{name}");
+                assert!(dump(&out) == want, "{name}, window {chunk}/{ahead}");
+            }
+        }
+    }
+
+    /// What the whole text's import refuses, the stream's refuses with the same words.
+    #[test]
+    fn windows_refuse_what_the_whole_text_refuses() {
+        let dir = tempfile::tempdir().unwrap();
+        for text in [
+            &br#"{"traceEvents": [{"ph": "X", "ts": 1}, ]}"#[..],
+            br#"{"traceEvents": [{"ph": "X", "ts": 1}]"#,
+            br#"{"traceEvents": [{"ph": "X", "ts": 1}]} x"#,
+            br#"{"traceEvents": [{"ph": "X", "ts": 1} {"ph": "X"}]}"#,
+            b"{\"traceEvents\": [{\"ph\": \"X\", \"name\": \"\xff\"}]}",
+            b"",
+        ] {
+            let plain = dir.path().join("whole.json");
+            std::fs::write(&plain, text).unwrap();
+            let out = dir.path().join("out.sqlite");
+            let want = import(&plain, &out, CreateOptions::default(), None)
+                .unwrap_err()
+                .to_string()
+                .replace("whole.json", "");
+            let gz = dir.path().join("stream.json.gz");
+            std::fs::write(&gz, gzip(text)).unwrap();
+            for (chunk, ahead) in [(1, 1), (5, 2), (1 << 20, 1 << 16)] {
+                let _ = std::fs::remove_file(&out);
+                let got = import_with(
+                    &gz,
+                    &out,
+                    CreateOptions::default(),
+                    None,
+                    Window { chunk, ahead },
+                )
+                .unwrap_err()
+                .to_string()
+                .replace("stream.json.gz", "");
+                assert_eq!(
+                    got,
+                    want,
+                    "{:?}, window {chunk}/{ahead}",
+                    String::from_utf8_lossy(text)
+                );
+            }
+        }
+    }
 
     fn ns(s: &str) -> Option<i64> {
         time_ns(Raw(s))

@@ -15,6 +15,7 @@ use std::borrow::Cow;
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 
+use super::feed::Feed;
 use super::{Args, DeviceProps, DistributedInfo, Num, Raw, RawEvent, Sink};
 
 /// Why the scan stopped.
@@ -24,9 +25,13 @@ pub(super) enum ScanError {
     Invalid,
     /// The writer failed.
     Sink(fuseprof_store::Error),
+    /// Reading the stream failed (corrupt gzip data).
+    Read(std::io::Error),
+    /// The bytes from this offset of the document are not UTF-8.
+    NotUtf8(u64),
 }
 
-type Scan<T> = Result<T, ScanError>;
+pub(super) type Scan<T> = Result<T, ScanError>;
 
 /// Nesting deeper than this in a value the scanner skips goes to serde_json (which has its
 /// own limit, and its own error for it).
@@ -63,35 +68,186 @@ const DUR: u32 = 1 << 6;
 const ID: u32 = 1 << 7;
 const ARGS: u32 = 1 << 8;
 
-/// Parses the whole document into `sink`.
-pub(super) fn parse(text: &str, sink: &mut Sink<'_>) -> Scan<()> {
-    let s = Scanner {
-        text,
-        b: text.as_bytes(),
-    };
-    let i = s.ws(0);
-    let end = match s.at(i) {
-        b'{' => s.object(i, sink)?,
-        b'[' => s.events(i, sink)?,
+/// Parses the whole document from `feed` into `sink`.
+///
+/// The document level (the top-level object, the events array) is read element by element
+/// through [`element`], each from the feed's window, so that a stream is parsed as it is
+/// read (see `feed.rs`); each element is handed to the sink only once it is read whole.
+pub(super) fn parse(feed: &mut Feed<'_>, sink: &mut Sink<'_>) -> Scan<()> {
+    let i = element(feed, 0, |s, i| Ok(s.token(s.ws(i))))?;
+    let end = match feed.scanner().at(i) {
+        b'{' => object(feed, i, sink)?,
+        b'[' => events(feed, i, sink)?,
         _ => return Err(ScanError::Invalid),
     };
-    let j = s.ws(end);
-    if j < s.b.len() {
-        return Err(ScanError::Invalid);
+    // Nothing but whitespace to the end.
+    let mut j = end;
+    loop {
+        let s = feed.scanner();
+        j = s.ws(j);
+        if j < s.len() {
+            return Err(ScanError::Invalid);
+        }
+        match feed.more(j)? {
+            Some(k) => j = k,
+            None => return Ok(()),
+        }
     }
-    Ok(())
 }
 
-struct Scanner<'a> {
+/// Reads one element from window position `i` with `read` (`Ok(None)`: it cannot, from what
+/// the window holds), growing the window and reading it again from its start while the
+/// document goes on; returns `read`'s position (the window's, after any refill).
+fn element(
+    feed: &mut Feed<'_>,
+    i: usize,
+    mut read: impl FnMut(&Scanner<'_>, usize) -> Scan<Option<usize>>,
+) -> Scan<usize> {
+    let mut i = feed.ready(i)?;
+    loop {
+        if let Some(end) = read(&feed.scanner(), i)? {
+            return Ok(end);
+        }
+        match feed.more(i)? {
+            Some(k) => i = k,
+            None => return Err(ScanError::Invalid),
+        }
+    }
+}
+
+/// The top-level object from `i` (its `{`): `traceEvents` is scanned, every other key read by
+/// serde_json; the byte after it.
+fn object(feed: &mut Feed<'_>, i: usize, sink: &mut Sink<'_>) -> Scan<usize> {
+    let mut j = element(feed, i, |s, i| Ok(s.token(s.ws(i + 1))))?;
+    if feed.scanner().at(j) == b'}' {
+        return Ok(j + 1);
+    }
+    loop {
+        let mut events_at = None;
+        j = element(feed, j, |s, j| {
+            s.member(j, sink, &mut events_at).map_err(ScanError::Sink)
+        })?;
+        if events_at.is_some() {
+            j = events(feed, j, sink)?;
+        }
+        j = element(feed, j, |s, j| Ok(s.token(s.ws(j))))?;
+        match feed.scanner().at(j) {
+            b',' => {
+                j = element(feed, j + 1, |s, j| Ok(s.token(s.ws(j))))?;
+                if feed.scanner().at(j) == b'}' {
+                    return Err(ScanError::Invalid);
+                }
+            }
+            b'}' => return Ok(j + 1),
+            _ => return Err(ScanError::Invalid),
+        }
+    }
+}
+
+/// The events array from `i` (its `[`): each element scanned, or read by serde_json when it
+/// is unusual; the byte after it.
+fn events(feed: &mut Feed<'_>, i: usize, sink: &mut Sink<'_>) -> Scan<usize> {
+    let mut j = element(feed, i, |s, i| {
+        Ok((s.at(i) == b'[')
+            .then(|| s.ws(i + 1))
+            .and_then(|k| s.token(k)))
+    })?;
+    if feed.scanner().at(j) == b']' {
+        return Ok(j + 1);
+    }
+    // Whether `j` is after an event (at its separator) rather than at one.
+    let mut after_event = false;
+    loop {
+        j = feed.ready(j)?;
+        let s = feed.scanner();
+        // Events are read from this window while the window's `ahead` bytes follow them;
+        // then it is refilled.
+        let refill_at = if feed.ended() {
+            usize::MAX
+        } else {
+            s.len().saturating_sub(feed.ahead())
+        };
+        // Filled in place event after event: an event with its args is several hundred bytes,
+        // too many to move around for each.
+        let mut event = RawEvent::default();
+        let ended = loop {
+            if !after_event {
+                if j > refill_at {
+                    break None;
+                }
+                j = match s.event(j, &mut event) {
+                    Some(n) => {
+                        sink.event(&event).map_err(ScanError::Sink)?;
+                        n
+                    }
+                    None => match s.serde::<RawEvent<'_>>(j) {
+                        Ok((event, n)) => {
+                            sink.event(&event).map_err(ScanError::Sink)?;
+                            n
+                        }
+                        Err(_) => break None,
+                    },
+                };
+                after_event = true;
+            }
+            let k = s.ws(j);
+            match s.at(k) {
+                b',' => {
+                    let Some(next) = s.token(s.ws(k + 1)) else {
+                        break None;
+                    };
+                    if s.at(next) == b']' {
+                        return Err(ScanError::Invalid);
+                    }
+                    j = next;
+                    after_event = false;
+                }
+                b']' => break Some(k + 1),
+                _ => break None,
+            }
+        };
+        if let Some(end) = ended {
+            return Ok(end);
+        }
+        // The window ends before the next event (refilled by `ready`), or the event or
+        // separator at `j` could not be read from it: read again from `j` with more.
+        if after_event || j <= refill_at {
+            match feed.more(j)? {
+                Some(k) => j = k,
+                None => return Err(ScanError::Invalid),
+            }
+        }
+    }
+}
+
+pub(super) struct Scanner<'a> {
     text: &'a str,
     b: &'a [u8],
 }
 
 impl<'a> Scanner<'a> {
+    pub fn new(text: &'a str) -> Scanner<'a> {
+        Scanner {
+            text,
+            b: text.as_bytes(),
+        }
+    }
+
+    /// Bytes in the window.
+    pub fn len(&self) -> usize {
+        self.b.len()
+    }
+
     /// The byte at `i`, or 0 past the end (0 is valid nowhere the scanner looks).
     #[inline]
     fn at(&self, i: usize) -> u8 {
         self.b.get(i).copied().unwrap_or(0)
+    }
+
+    /// `i`, when it is a byte of the window (not its end).
+    #[inline]
+    fn token(&self, i: usize) -> Option<usize> {
+        (i < self.b.len()).then_some(i)
     }
 
     #[inline]
@@ -111,52 +267,62 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    /// The top-level object: `traceEvents` is scanned, every other key read by serde_json.
-    fn object(&self, i: usize, sink: &mut Sink<'_>) -> Scan<usize> {
-        let mut j = self.ws(i + 1);
-        if self.at(j) == b'}' {
-            return Ok(j + 1);
+    /// One member of the top-level object from `j` (its key): the value of `traceEvents` is
+    /// left to the caller (`events_at` set, the byte of its value returned), every other value
+    /// read by serde_json into `sink`; the byte after it. `None` when it cannot be read.
+    fn member(
+        &self,
+        j: usize,
+        sink: &mut Sink<'_>,
+        events_at: &mut Option<usize>,
+    ) -> Result<Option<usize>, fuseprof_store::Error> {
+        if self.at(j) != b'"' {
+            return Ok(None);
         }
-        loop {
-            if self.at(j) != b'"' {
-                return Err(ScanError::Invalid);
+        let Ok((key, n)) = self.serde::<Cow<'a, str>>(j) else {
+            return Ok(None);
+        };
+        let j = self.ws(n);
+        if self.at(j) != b':' {
+            return Ok(None);
+        }
+        let j = self.ws(j + 1);
+        let end = match key.as_ref() {
+            "traceEvents" => {
+                *events_at = Some(j);
+                return Ok(Some(j));
             }
-            let (key, n) = self.serde::<Cow<'a, str>>(j)?;
-            j = self.ws(n);
-            if self.at(j) != b':' {
-                return Err(ScanError::Invalid);
-            }
-            j = self.ws(j + 1);
-            j = match key.as_ref() {
-                "traceEvents" => self.events(j, sink)?,
-                "deviceProperties" => {
-                    let (props, n) = self.serde::<Vec<DeviceProps<'a>>>(j)?;
+            "deviceProperties" => self
+                .serde::<Vec<DeviceProps<'a>>>(j)
+                .map(|(props, n)| {
                     sink.devices(props);
                     n
-                }
-                "cupti_version"
-                | "cuda_runtime_version"
-                | "cuda_driver_version"
-                | "schemaVersion" => {
-                    let (v, n) = self.serde::<Num<'a>>(j)?;
-                    let v = Some(match v {
-                        Num::Int(i) => i.to_string(),
-                        Num::Float(f) => f.to_string(),
-                        Num::Text(t) => t.into_owned(),
-                    });
-                    let run = &mut sink.run;
-                    match key.as_ref() {
-                        "cupti_version" => run.cupti_version = v,
-                        "cuda_runtime_version" => run.cuda_runtime_version = v,
-                        "cuda_driver_version" => run.cuda_driver_version = v,
-                        _ => run.tool_version = v,
-                    }
-                    n
-                }
-                // A distributed job's rank, and the wall-clock base of the timestamps: kept as
-                // meta for merging ranks (`super::super::ranks`).
-                "distributedInfo" => {
-                    let (info, n) = self.serde::<DistributedInfo<'a>>(j)?;
+                })
+                .ok(),
+            "cupti_version" | "cuda_runtime_version" | "cuda_driver_version" | "schemaVersion" => {
+                self.serde::<Num<'a>>(j)
+                    .map(|(v, n)| {
+                        let v = Some(match v {
+                            Num::Int(i) => i.to_string(),
+                            Num::Float(f) => f.to_string(),
+                            Num::Text(t) => t.into_owned(),
+                        });
+                        let run = &mut sink.run;
+                        match key.as_ref() {
+                            "cupti_version" => run.cupti_version = v,
+                            "cuda_runtime_version" => run.cuda_runtime_version = v,
+                            "cuda_driver_version" => run.cuda_driver_version = v,
+                            _ => run.tool_version = v,
+                        }
+                        n
+                    })
+                    .ok()
+            }
+            // A distributed job's rank, and the wall-clock base of the timestamps: kept as
+            // meta for merging ranks (`super::super::ranks`).
+            "distributedInfo" => self
+                .serde::<DistributedInfo<'a>>(j)
+                .map(|(info, n)| {
                     let fields = [
                         ("distributed_rank", info.rank),
                         ("distributed_world_size", info.world_size),
@@ -170,66 +336,20 @@ impl<'a> Scanner<'a> {
                         }
                     }
                     n
-                }
-                "baseTimeNanoseconds" => {
-                    let (v, n) = self.serde::<Num<'a>>(j)?;
+                })
+                .ok(),
+            "baseTimeNanoseconds" => self
+                .serde::<Num<'a>>(j)
+                .map(|(v, n)| {
                     if let Some(ns) = v.as_i64() {
                         sink.w.meta("base_time_ns", ns);
                     }
                     n
-                }
-                _ => self.serde::<IgnoredAny>(j)?.1,
-            };
-            j = self.ws(j);
-            match self.at(j) {
-                b',' => {
-                    j = self.ws(j + 1);
-                    if self.at(j) == b'}' {
-                        return Err(ScanError::Invalid);
-                    }
-                }
-                b'}' => return Ok(j + 1),
-                _ => return Err(ScanError::Invalid),
-            }
-        }
-    }
-
-    /// The events array: each element scanned, or read by serde_json when it is unusual.
-    fn events(&self, i: usize, sink: &mut Sink<'_>) -> Scan<usize> {
-        if self.at(i) != b'[' {
-            return Err(ScanError::Invalid);
-        }
-        let mut j = self.ws(i + 1);
-        if self.at(j) == b']' {
-            return Ok(j + 1);
-        }
-        // Filled in place event after event: an event with its args is several hundred bytes,
-        // too many to move around for each.
-        let mut event = RawEvent::default();
-        loop {
-            let n = match self.event(j, &mut event) {
-                Some(n) => {
-                    sink.event(&event).map_err(ScanError::Sink)?;
-                    n
-                }
-                None => {
-                    let (event, n) = self.serde::<RawEvent<'a>>(j)?;
-                    sink.event(&event).map_err(ScanError::Sink)?;
-                    n
-                }
-            };
-            j = self.ws(n);
-            match self.at(j) {
-                b',' => {
-                    j = self.ws(j + 1);
-                    if self.at(j) == b']' {
-                        return Err(ScanError::Invalid);
-                    }
-                }
-                b']' => return Ok(j + 1),
-                _ => return Err(ScanError::Invalid),
-            }
-        }
+                })
+                .ok(),
+            _ => self.serde::<IgnoredAny>(j).map(|(_, n)| n).ok(),
+        };
+        Ok(end)
     }
 
     /// The end (closing quote) of a string whose contents start at `i`, when it has no escape
