@@ -144,10 +144,12 @@ fn object(feed: &mut Feed<'_>, i: usize, sink: &mut Sink<'_>) -> Scan<usize> {
     }
 }
 
-/// The events array from `i` (its `[`): each element scanned, or read by serde_json when it
+/// The events array from `i` (its `[`, or whitespace before it): each element scanned, or read by serde_json when it
 /// is unusual; the byte after it.
 fn events(feed: &mut Feed<'_>, i: usize, sink: &mut Sink<'_>) -> Scan<usize> {
+    // (`i` may be at whitespace before it, where the window ended.)
     let mut j = element(feed, i, |s, i| {
+        let i = s.ws(i);
         Ok((s.at(i) == b'[')
             .then(|| s.ws(i + 1))
             .and_then(|k| s.token(k)))
@@ -201,6 +203,7 @@ fn events(feed: &mut Feed<'_>, i: usize, sink: &mut Sink<'_>) -> Scan<usize> {
                     }
                     j = next;
                     after_event = false;
+                    feed.passed(j);
                 }
                 b']' => break Some(k + 1),
                 _ => break None,
@@ -292,64 +295,61 @@ impl<'a> Scanner<'a> {
                 *events_at = Some(j);
                 return Ok(Some(j));
             }
-            "deviceProperties" => self
-                .serde::<Vec<DeviceProps<'a>>>(j)
-                .map(|(props, n)| {
-                    sink.devices(props);
+            "deviceProperties" => self.whole::<Vec<DeviceProps<'a>>>(j).map(|(props, n)| {
+                sink.devices(props);
+                n
+            }),
+            "cupti_version" | "cuda_runtime_version" | "cuda_driver_version" | "schemaVersion" => {
+                self.whole::<Num<'a>>(j).map(|(v, n)| {
+                    let v = Some(match v {
+                        Num::Int(i) => i.to_string(),
+                        Num::Float(f) => f.to_string(),
+                        Num::Text(t) => t.into_owned(),
+                    });
+                    let run = &mut sink.run;
+                    match key.as_ref() {
+                        "cupti_version" => run.cupti_version = v,
+                        "cuda_runtime_version" => run.cuda_runtime_version = v,
+                        "cuda_driver_version" => run.cuda_driver_version = v,
+                        _ => run.tool_version = v,
+                    }
                     n
                 })
-                .ok(),
-            "cupti_version" | "cuda_runtime_version" | "cuda_driver_version" | "schemaVersion" => {
-                self.serde::<Num<'a>>(j)
-                    .map(|(v, n)| {
-                        let v = Some(match v {
-                            Num::Int(i) => i.to_string(),
-                            Num::Float(f) => f.to_string(),
-                            Num::Text(t) => t.into_owned(),
-                        });
-                        let run = &mut sink.run;
-                        match key.as_ref() {
-                            "cupti_version" => run.cupti_version = v,
-                            "cuda_runtime_version" => run.cuda_runtime_version = v,
-                            "cuda_driver_version" => run.cuda_driver_version = v,
-                            _ => run.tool_version = v,
-                        }
-                        n
-                    })
-                    .ok()
             }
             // A distributed job's rank, and the wall-clock base of the timestamps: kept as
             // meta for merging ranks (`super::super::ranks`).
-            "distributedInfo" => self
-                .serde::<DistributedInfo<'a>>(j)
-                .map(|(info, n)| {
-                    let fields = [
-                        ("distributed_rank", info.rank),
-                        ("distributed_world_size", info.world_size),
-                        ("distributed_backend", info.backend),
-                    ];
-                    for (key, value) in fields {
-                        match value {
-                            Some(Num::Text(t)) => sink.w.meta(key, t),
-                            Some(v) => sink.w.meta(key, v.as_i64().unwrap_or_default()),
-                            None => {}
-                        }
+            "distributedInfo" => self.whole::<DistributedInfo<'a>>(j).map(|(info, n)| {
+                let fields = [
+                    ("distributed_rank", info.rank),
+                    ("distributed_world_size", info.world_size),
+                    ("distributed_backend", info.backend),
+                ];
+                for (key, value) in fields {
+                    match value {
+                        Some(Num::Text(t)) => sink.w.meta(key, t),
+                        Some(v) => sink.w.meta(key, v.as_i64().unwrap_or_default()),
+                        None => {}
                     }
-                    n
-                })
-                .ok(),
-            "baseTimeNanoseconds" => self
-                .serde::<Num<'a>>(j)
-                .map(|(v, n)| {
-                    if let Some(ns) = v.as_i64() {
-                        sink.w.meta("base_time_ns", ns);
-                    }
-                    n
-                })
-                .ok(),
-            _ => self.serde::<IgnoredAny>(j).map(|(_, n)| n).ok(),
+                }
+                n
+            }),
+            "baseTimeNanoseconds" => self.whole::<Num<'a>>(j).map(|(v, n)| {
+                if let Some(ns) = v.as_i64() {
+                    sink.w.meta("base_time_ns", ns);
+                }
+                n
+            }),
+            _ => self.whole::<IgnoredAny>(j).map(|(_, n)| n),
         };
         Ok(end)
+    }
+
+    /// A value through serde_json, when the window holds it whole: something follows it (a
+    /// number at the window's end may go on past it).
+    fn whole<T: Deserialize<'a>>(&self, j: usize) -> Option<(T, usize)> {
+        let (v, n) = self.serde::<T>(j).ok()?;
+        self.token(self.ws(n))?;
+        Some((v, n))
     }
 
     /// The end (closing quote) of a string whose contents start at `i`, when it has no escape
