@@ -168,32 +168,42 @@ impl Record {
         self.body.clear();
     }
 
+    #[inline]
     pub(crate) fn null(&mut self) {
         self.types.push(0);
     }
 
+    #[inline]
     pub(crate) fn int(&mut self, v: i64) {
-        let (t, n): (u8, usize) = match v {
-            0 => (8, 0),
-            1 => (9, 0),
-            -0x80..=0x7f => (1, 1),
-            -0x8000..=0x7fff => (2, 2),
-            -0x80_0000..=0x7f_ffff => (3, 3),
-            -0x8000_0000..=0x7fff_ffff => (4, 4),
-            -0x8000_0000_0000..=0x7fff_ffff_ffff => (5, 6),
-            _ => (6, 8),
-        };
-        self.types.push(t);
-        if n > 0 {
-            // All eight bytes, the value's lowest `n` first, then the rest dropped: a store of
-            // a constant size rather than a copy of a variable one.
-            let len = self.body.len();
-            self.body
-                .extend_from_slice(&((v as u64) << (64 - 8 * n)).to_be_bytes());
-            self.body.truncate(len + n);
+        /// Serial type and body bytes of an integer, by the bytes its two's complement needs.
+        const BY_BYTES: [(u8, u8); 9] = [
+            (1, 1),
+            (1, 1),
+            (2, 2),
+            (3, 3),
+            (4, 4),
+            (5, 6),
+            (5, 6),
+            (6, 8),
+            (6, 8),
+        ];
+        if (v as u64) < 2 {
+            self.types.push(8 + v as u8);
+            return;
         }
+        // The bits of the magnitude (of `!v` for a negative `v`) and a sign bit.
+        let bits = 65 - ((v ^ (v >> 63)) as u64).leading_zeros();
+        let (t, n) = BY_BYTES[bits.div_ceil(8) as usize];
+        self.types.push(t);
+        // All eight bytes, the value's lowest `n` first, then the rest dropped: a store of a
+        // constant size rather than a copy of a variable one.
+        let len = self.body.len();
+        self.body
+            .extend_from_slice(&((v as u64) << (64 - 8 * u32::from(n))).to_be_bytes());
+        self.body.truncate(len + usize::from(n));
     }
 
+    #[inline]
     pub(crate) fn opt(&mut self, v: Option<i64>) {
         match v {
             Some(v) => self.int(v),
