@@ -937,6 +937,95 @@ mod ranks {
         assert_eq!(s.device_ranks().unwrap(), [(0, 0, 0), (1, 1, 1)]);
     }
 
+    /// The 2-GPU export split into one export per process, as `nsys profile` run per rank
+    /// writes them.
+    fn per_rank_exports(dir: &Path) -> Vec<PathBuf> {
+        [(144, "job_rank0.sqlite"), (145, "job_rank1.sqlite")]
+            .iter()
+            .map(|&(pid, name)| {
+                let p = dir.join(name);
+                std::fs::copy(fixtures::path(fixtures::NSYS[0]), &p).unwrap();
+                let mut sql = String::new();
+                for (table, col) in [
+                    ("CUPTI_ACTIVITY_KIND_KERNEL", "globalPid"),
+                    ("CUPTI_ACTIVITY_KIND_MEMCPY", "globalPid"),
+                    ("CUPTI_ACTIVITY_KIND_MEMSET", "globalPid"),
+                    ("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "globalPid"),
+                    ("CUPTI_ACTIVITY_KIND_RUNTIME", "globalTid"),
+                    ("NVTX_EVENTS", "globalTid"),
+                    ("ThreadNames", "globalTid"),
+                    ("PROFILER_OVERHEAD", "globalTid"),
+                    ("PROCESSES", "globalPid"),
+                ] {
+                    sql += &format!("DELETE FROM {table} WHERE ({col} >> 24) & 16777215 != {pid};");
+                }
+                sqlite_with(dir, name, &sql)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn one_nsys_export_per_rank_merges_as_the_whole_jobs_export_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut inputs = per_rank_exports(dir.path());
+        inputs.reverse();
+        let out = dir.path().join("job.sqlite");
+        let report = import_ranks(&inputs, &out, &ImportOptions::default()).unwrap();
+        let ranks = ranks_of(&out);
+        assert_eq!(ranks, report.ranks);
+        assert_eq!(ranks.len(), 2);
+        for (i, r) in ranks.iter().enumerate() {
+            assert_eq!((r.rank, r.rank_source.as_str()), (i as i64, "file_name"));
+            // One host's session start on the wall clock; its collectives agree.
+            assert_eq!(r.clock, "wall_clock", "{r:?}");
+        }
+        assert_eq!(
+            (ranks[1].collectives, ranks[1].matched_collectives),
+            (33, 33)
+        );
+        assert!(
+            ranks[1].clock_correction_ns.abs() < 50_000,
+            "{:?}",
+            ranks[1]
+        );
+
+        // What the whole job's export gives: every kernel, each process a rank on its GPU.
+        let whole = dir.path().join("whole.sqlite");
+        import(
+            &fixtures::path(fixtures::NSYS[0]),
+            &whole,
+            &ImportOptions::default(),
+        )
+        .unwrap();
+        let kernels = |p: &Path| {
+            let mut per_device: BTreeMap<i64, (u64, i64)> = BTreeMap::new();
+            Store::open(p)
+                .unwrap()
+                .for_each_kernel(|k| {
+                    let e = per_device.entry(k.device_id).or_default();
+                    e.0 += 1;
+                    e.1 = e.1.max(k.end_ns - k.start_ns);
+                })
+                .unwrap();
+            per_device
+        };
+        assert_eq!(kernels(&out), kernels(&whole));
+        let mut s = Store::open(&out).unwrap();
+        assert_eq!(s.process_ranks().unwrap(), [(144, 0), (145, 1)]);
+        // Each rank's GPU is its own; rank 1's synchronisations recorded on device 0 keep a
+        // device of rank 1 (the merge keeps ranks' GPUs apart).
+        assert_eq!(
+            s.device_ranks().unwrap(),
+            [(0, 0, 0), (1, 1, 1), (1000, 1, 0)]
+        );
+        assert_eq!(s.run().unwrap().source_format, "nsys");
+
+        // An export of the whole job is not one rank.
+        let other = tempfile::tempdir().unwrap();
+        let both = [inputs[0].clone(), fixtures::path(fixtures::NSYS[0])];
+        expect_ranks_failure(&both, other.path(), "holds a whole job (2 ranks");
+    }
+
     #[test]
     fn a_run_of_a_whole_job_is_labelled_in_place_as_collect_does() {
         // The 2-GPU export with its labels taken off stands for a collected torchrun job.

@@ -24,6 +24,16 @@ pub enum Format {
     Nsys,
 }
 
+impl Format {
+    /// The format in words, for messages.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Format::Kineto => "a PyTorch-profiler trace",
+            Format::Nsys => "an nsys export",
+        }
+    }
+}
+
 /// What an import did, for the user and for tests.
 #[derive(Clone, Debug, Serialize)]
 pub struct ImportReport {

@@ -1,14 +1,17 @@
 //! Distributed jobs: the ranks of one job merged into one run.
 //!
 //! `fuseprof import rank*.json.gz -o run.sqlite` imports each rank's PyTorch-profiler trace on
-//! its own, then merges them ([`fuseprof_store::merge_ranks`]). Each file's rank comes from
-//! the trace (`distributedInfo.rank`), else from its name (`rank-3`, `rank3`, `rank_3`), else
-//! from its position among the inputs; two files of one rank, or of jobs with different world
-//! sizes, are refused.
+//! its own, then merges them ([`fuseprof_store::merge_ranks`]); so does `fuseprof import
+//! rank*.sqlite`, for one nsys export per rank (`nsys profile -o rank%q{RANK}` under a
+//! launcher). Each file's rank comes from the trace (`distributedInfo.rank`), else from its
+//! name (`rank-3`, `rank3`, `rank_3`), else from its position among the inputs; two files of
+//! one rank, of jobs with different world sizes, of both formats, or an export that holds
+//! several ranks itself, are refused.
 //!
 //! Clocks: a rank whose trace carries `baseTimeNanoseconds` is put on the Unix wall clock
 //! (base + ts); one whose timestamps are already Unix-epoch microseconds (older PyTorch) is
-//! on it as it is. The collectives then refine that: the reference rank (the lowest on the
+//! on it as it is; an export's times count from its session's start, whose wall-clock time
+//! it records (`TARGET_INFO_SESSION_START_TIME`). The collectives then refine that: the reference rank (the lowest on the
 //! wall clock, else the lowest) keeps its times, and every other rank is shifted so that its
 //! NCCL kernels end with their partners there ([`fuseprof_store::align_collectives`], within
 //! 2 s of the wall clock). A rank with neither a wall clock nor collectives that match is left
@@ -108,6 +111,8 @@ fn check_writable(output: &Path, part: &Path) -> Result<()> {
 
 /// One imported rank, before merging.
 struct Loaded {
+    /// Whether the input is an nsys export (else Kineto).
+    nsys: bool,
     input: PathBuf,
     part: PathBuf,
     report: ImportReport,
@@ -124,8 +129,18 @@ struct Loaded {
     collective_names: Vec<String>,
 }
 
-fn load(input: &Path, part: &Path, report: ImportReport) -> Result<Loaded> {
+fn load(input: &Path, part: &Path, report: ImportReport, nsys: bool) -> Result<Loaded> {
     let mut store = Store::open(part)?;
+    let held = store.ranks()?.len();
+    if held > 1 {
+        return Err(ImportError::format(
+            input,
+            format!(
+                "holds a whole job ({held} ranks, one process per GPU): import it on its own, \
+                 or give one export per rank"
+            ),
+        ));
+    }
     let meta = store.meta()?;
     let get = |k: &str| {
         meta.iter()
@@ -166,15 +181,22 @@ fn load(input: &Path, part: &Path, report: ImportReport) -> Result<Loaded> {
         }
     })?;
     collectives.sort_unstable_by_key(|c| (c.end_ns, c.start_ns));
+    let run = store.run()?;
+    // An export's times count from its session's start, at the run's start on the wall clock.
+    let base_ns = match int("base_time_ns")? {
+        None if nsys => run.start_unix_ns,
+        b => b,
+    };
     Ok(Loaded {
+        nsys,
         input: input.into(),
         part: part.into(),
         report,
-        run: store.run()?,
+        run,
         trace_rank: int("distributed_rank")?,
         world_size: int("distributed_world_size")?,
         backend: get("distributed_backend"),
-        base_ns: int("base_time_ns")?,
+        base_ns,
         first_ns,
         last_ns,
         collectives,
@@ -197,17 +219,18 @@ fn workers(jobs: Option<usize>, inputs: usize) -> usize {
 fn import_parts(
     inputs: &[PathBuf],
     parts: &[PathBuf],
+    format: Format,
     options: &ImportOptions,
 ) -> Result<Vec<Loaded>> {
     let one = |i: usize, progress| {
         let opts = ImportOptions {
             overwrite: true,
-            format: Some(Format::Kineto),
+            format: Some(format),
             progress,
             jobs: None,
         };
         let report = import(&inputs[i], &parts[i], &opts)?;
-        load(&inputs[i], &parts[i], report)
+        load(&inputs[i], &parts[i], report, format == Format::Nsys)
     };
     let n = workers(options.jobs, inputs.len());
     if n == 1 {
@@ -260,8 +283,9 @@ fn import_parts(
         .collect::<Result<Vec<_>>>()
 }
 
-/// Imports the traces of the ranks of one job (`inputs`, PyTorch-profiler JSON, one rank
-/// each) into one run at `output`. On any error no file is left at `output`.
+/// Imports the traces of the ranks of one job (`inputs`, PyTorch-profiler JSON or nsys
+/// exports, one rank each) into one run at `output`. On any error no file is left at
+/// `output`.
 pub fn import_ranks(
     inputs: &[PathBuf],
     output: &Path,
@@ -273,26 +297,36 @@ pub fn import_ranks(
         }
         .into());
     }
+    let mut format = None;
     for input in inputs {
-        let format = match options.format {
+        let f = match options.format {
             Some(f) => f,
             None => detect(input)?,
         };
-        if format != Format::Kineto {
-            return Err(ImportError::format(
-                input,
-                "merging ranks reads PyTorch-profiler traces, one per rank; an nsys export \
-                 of the whole job is imported on its own (its processes become the ranks)",
-            ));
+        match format {
+            None => format = Some(f),
+            Some(first) if first != f => {
+                return Err(ImportError::format(
+                    input,
+                    format!(
+                        "{} where {} is {}: the ranks of one job come in one format",
+                        f.describe(),
+                        inputs[0].display(),
+                        first.describe()
+                    ),
+                ))
+            }
+            Some(_) => {}
         }
     }
+    let format = format.unwrap_or(Format::Kineto);
     check_writable(output, &part_path(output, "check"))?;
     let parts = Parts(
         (0..inputs.len())
             .map(|i| part_path(output, &format!("input{i}")))
             .collect(),
     );
-    let mut loaded = import_parts(inputs, &parts.0, options)?;
+    let mut loaded = import_parts(inputs, &parts.0, format, options)?;
     if loaded.len() < inputs.len() {
         // Only when a worker panicked (a failure ends the list with its error).
         return Err(ImportError::format(
@@ -489,7 +523,12 @@ pub fn import_ranks(
 
     let first_run = &loaded[reference].run;
     let run = RunInfo {
-        source_format: "kineto".into(),
+        source_format: if loaded[reference].nsys {
+            "nsys"
+        } else {
+            "kineto"
+        }
+        .into(),
         source_path: Some(
             order
                 .iter()
