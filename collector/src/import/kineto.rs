@@ -162,12 +162,14 @@ fn import_with(
             }),
             Source::Read(v) => Box::new(&v[..]),
         };
+        // A small file gets a window its size would fill, not the usual megabytes.
+        let chunk = window.chunk.min(raw.len().saturating_mul(16).max(1 << 16));
         Feed::stream(
             Box::new(flate2::read::MultiGzDecoder::new(Counting {
                 inner: compressed,
                 progress,
             })),
-            window,
+            Window { chunk, ..window },
         )
     } else {
         if let Some(p) = progress {
