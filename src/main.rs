@@ -90,18 +90,20 @@ enum Command {
         command: Vec<OsString>,
     },
     /// Import a PyTorch-profiler JSON trace (.json or .json.gz) or an `nsys export --type
-    /// sqlite` file into a new run file; several PyTorch-profiler traces, one per rank of a
-    /// distributed job, merge into one run.
+    /// sqlite` file into a new run file; several traces, one per rank of a distributed job
+    /// (PyTorch-profiler traces, or nsys exports), merge into one run.
     #[command(after_help = "Examples:\n  \
         fuseprof import fixtures/kineto/hta_critical_path_alexnet_trace.json.gz -o alexnet.sqlite\n  \
         fuseprof import --format nsys profile.sqlite -o run.sqlite --force\n  \
-        fuseprof import rank*.json.gz -o job.sqlite     # one run, each rank kept apart\n\n\
+        fuseprof import rank*.json.gz -o job.sqlite     # one run, each rank kept apart\n  \
+        fuseprof import rank*.sqlite -o job.sqlite      # one nsys export per rank\n\n\
         Ranks: from each trace's distributedInfo.rank, else its file name (rank-3, rank3), else\n\
-        its position. Clocks: Kineto's baseTimeNanoseconds (or Unix-epoch timestamps), refined\n\
-        by matching the ends of NCCL kernels; ranks that cannot be aligned are flagged. One nsys\n\
-        export of a torchrun job becomes one rank per process (numbered by its GPU).")]
+        its position. Clocks: Kineto's baseTimeNanoseconds (or Unix-epoch timestamps), or an\n\
+        nsys export's session start, refined by matching the ends of NCCL kernels; ranks that\n\
+        cannot be aligned are flagged. One nsys export of a torchrun job becomes one rank per\n\
+        process (numbered by its GPU).")]
     Import {
-        /// The trace(s) to read: one file, or one PyTorch-profiler trace per rank.
+        /// The trace(s) to read: one file, or one trace per rank.
         #[arg(required = true, num_args = 1..)]
         input: Vec<PathBuf>,
         /// The run file to write (must not exist unless --force).
