@@ -61,6 +61,19 @@ impl Mapped {
     }
 }
 
+impl Mapped {
+    /// For a reader going from front to back, now past `at`: releases the pages from `*done`
+    /// up to `at` in whole steps of `step` bytes (so one call per step), advancing `*done`.
+    pub fn release_behind(&self, done: &mut usize, at: usize, step: usize) {
+        let step = step.max(1);
+        if at >= *done + step {
+            let upto = at / step * step;
+            self.release(*done, upto - *done);
+            *done = upto;
+        }
+    }
+}
+
 impl std::ops::Deref for Mapped {
     type Target = [u8];
     fn deref(&self) -> &[u8] {

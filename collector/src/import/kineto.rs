@@ -98,11 +98,8 @@ impl Read for Behind<'_> {
         let n = buf.len().min(self.map.len() - self.at);
         buf[..n].copy_from_slice(&self.map[self.at..self.at + n]);
         self.at += n;
-        if self.at >= self.released + self.step.max(1) {
-            let upto = self.at / self.step.max(1) * self.step.max(1);
-            self.map.release(self.released, upto - self.released);
-            self.released = upto;
-        }
+        self.map
+            .release_behind(&mut self.released, self.at, self.step);
         Ok(n)
     }
 }
@@ -112,16 +109,15 @@ fn is_gzip(raw: &[u8]) -> bool {
 }
 
 /// The trace's text, inflated when it is gzip-compressed (whole, for wording an error).
-fn whole_text(path: &Path, raw: &[u8]) -> Result<Vec<u8>> {
-    let mut text = Vec::new();
-    if is_gzip(raw) {
-        flate2::read::MultiGzDecoder::new(raw)
-            .read_to_end(&mut text)
-            .map_err(|e| ImportError::format(path, format!("corrupt gzip data: {e}")))?;
-    } else {
-        text.extend_from_slice(raw);
+fn whole_text<'a>(path: &Path, raw: &'a [u8]) -> Result<Cow<'a, [u8]>> {
+    if !is_gzip(raw) {
+        return Ok(Cow::Borrowed(raw));
     }
-    Ok(text)
+    let mut text = Vec::new();
+    flate2::read::MultiGzDecoder::new(raw)
+        .read_to_end(&mut text)
+        .map_err(|e| ImportError::format(path, format!("corrupt gzip data: {e}")))?;
+    Ok(Cow::Owned(text))
 }
 
 pub(crate) fn import(
@@ -142,13 +138,14 @@ fn import_with(
     window: Window,
 ) -> Result<ImportReport> {
     let raw = read_file(path, progress)?;
-    if !is_gzip(&raw) && path.extension().is_some_and(|e| e == "gz") {
+    let gzip = is_gzip(&raw);
+    if !gzip && path.extension().is_some_and(|e| e == "gz") {
         return Err(ImportError::format(
             path,
             "named .gz but not gzip-compressed",
         ));
     }
-    let mut feed = if is_gzip(&raw) {
+    let mut feed = if gzip {
         if let Some(p) = progress {
             // Progress in compressed bytes, as they are inflated.
             p.phase("parsing", raw.len() as u64);
@@ -186,7 +183,7 @@ fn import_with(
     // runtime call with the same correlation id.
     writer.link_gpu_pids(true);
     let mut sink = Sink::new(&mut writer);
-    sink.progress = progress.map(|p| (p, (!is_gzip(&raw)).then(|| raw.as_ptr() as usize)));
+    sink.progress = progress.map(|p| (p, (!gzip).then(|| raw.as_ptr() as usize)));
     match scan::parse(&mut feed, &mut sink) {
         Ok(()) => {}
         Err(ScanError::Sink(e)) => return Err(e.into()),
@@ -954,7 +951,10 @@ mod tests {
             .take(3)
             .map(|f| {
                 let raw = std::fs::read(fuseprof_fixtures::path(f)).unwrap();
-                (f.to_string(), whole_text(Path::new(f), &raw).unwrap())
+                (
+                    f.to_string(),
+                    whole_text(Path::new(f), &raw).unwrap().into_owned(),
+                )
             })
             .collect();
         let events = r#"[

@@ -124,13 +124,9 @@ impl<'r> Feed<'r> {
             ..
         } = &self.source
         {
-            let done = released.get();
-            let step = self.window.chunk;
-            if at >= done + step {
-                let upto = at / step * step;
-                map.release(done, upto - done);
-                released.set(upto);
-            }
+            let mut done = released.get();
+            map.release_behind(&mut done, at, self.window.chunk);
+            released.set(done);
         }
     }
 
