@@ -581,15 +581,22 @@ pub fn import_ranks(
 /// each such process is a rank, numbered by its GPU (torchrun's local rank drives GPU
 /// `LOCAL_RANK`). `None` for anything else (one process, or a process on several GPUs).
 pub fn ranks_by_device(store: &mut Store) -> Result<Option<RankLabels>> {
-    let mut per_pid: std::collections::BTreeMap<i64, std::collections::BTreeSet<i64>> =
-        Default::default();
+    let mut per_pid: PidDevices = Default::default();
     store.for_each_lean_kernel(|k| {
         if let Some(pid) = k.pid {
             per_pid.entry(pid).or_default().insert(k.device_id);
         }
     })?;
+    Ok(labels_by_device(&per_pid))
+}
+
+/// The GPUs each launching process used.
+type PidDevices = std::collections::BTreeMap<i64, std::collections::BTreeSet<i64>>;
+
+/// [`ranks_by_device`]'s labels from the GPUs each process used.
+fn labels_by_device(per_pid: &PidDevices) -> Option<RankLabels> {
     if per_pid.len() < 2 || per_pid.values().any(|d| d.len() != 1) {
-        return Ok(None);
+        return None;
     }
     let mut by_device: Vec<(i64, i64)> = per_pid
         .iter()
@@ -597,7 +604,7 @@ pub fn ranks_by_device(store: &mut Store) -> Result<Option<RankLabels>> {
         .collect();
     by_device.sort_unstable();
     if by_device.windows(2).any(|w| w[0].0 == w[1].0) {
-        return Ok(None);
+        return None;
     }
     let process_rank = by_device
         .iter()
@@ -609,10 +616,10 @@ pub fn ranks_by_device(store: &mut Store) -> Result<Option<RankLabels>> {
         .enumerate()
         .map(|(r, &(dev, _))| (dev, r as i64))
         .collect();
-    Ok(Some(RankLabels {
+    Some(RankLabels {
         process_rank,
         device_rank,
-    }))
+    })
 }
 
 /// Which rank each process and GPU of a run belongs to.
@@ -629,13 +636,26 @@ pub struct RankLabels {
 /// well they agree.
 fn device_ranks_of(path: &Path, source_path: &str) -> Result<Option<(Vec<RankInfo>, RankLabels)>> {
     let mut store = Store::open(path)?;
-    let Some(labels) = ranks_by_device(&mut store)? else {
-        return Ok(None);
-    };
     let strings = store.strings()?;
+    // One scan for both the processes' GPUs and the collectives (kept only when there are
+    // ranks); whether a name is a collective is decided once per name.
+    let mut per_pid: PidDevices = Default::default();
     let mut per_device: std::collections::BTreeMap<i64, Vec<Collective>> = Default::default();
+    let mut collective: Vec<Option<bool>> = Vec::new();
     store.for_each_lean_kernel(|k| {
-        if is_collective(strings.get(k.name)) {
+        if let Some(pid) = k.pid {
+            per_pid.entry(pid).or_default().insert(k.device_id);
+        }
+        let is = match usize::try_from(k.name.0) {
+            Ok(i) => {
+                if collective.len() <= i {
+                    collective.resize(i + 1, None);
+                }
+                *collective[i].get_or_insert_with(|| is_collective(strings.get(k.name)))
+            }
+            Err(_) => is_collective(strings.get(k.name)),
+        };
+        if is {
             per_device.entry(k.device_id).or_default().push(Collective {
                 key: k.name.0 as u32,
                 start_ns: k.start_ns,
@@ -643,6 +663,9 @@ fn device_ranks_of(path: &Path, source_path: &str) -> Result<Option<(Vec<RankInf
             });
         }
     })?;
+    let Some(labels) = labels_by_device(&per_pid) else {
+        return Ok(None);
+    };
     let none = Vec::new();
     let reference = per_device.get(&labels.device_rank[0].0).unwrap_or(&none);
     let infos = labels
