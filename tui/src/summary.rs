@@ -49,32 +49,70 @@ pub struct Written {
 
 /// Derives the timeline summary and the whole-run analysis of the run at `path` and keeps
 /// both in it. Runs without GPU work (which the explorer does not open) get nothing.
+///
+/// The two read the run independently, each through its own handle: where the process may
+/// use more than one core, the timeline summary is derived on a second thread while this one
+/// analyses.
 pub fn write(path: &Path) -> Result<Written> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let (lanes, analysis) = if cores > 1 {
+        std::thread::scope(|s| {
+            let lanes = s.spawn(|| derive_lanes(path));
+            let analysis = derive_analysis(path);
+            let lanes = lanes
+                .join()
+                .unwrap_or_else(|p| std::panic::resume_unwind(p));
+            (lanes, analysis)
+        })
+    } else {
+        (derive_lanes(path), derive_analysis(path))
+    };
+    let lanes = lanes?;
+    fuseprof_store::write_summary(path, LANES, LANES_VERSION, &lanes)?;
+    let analysis_bytes = match analysis? {
+        Ok(bytes) => {
+            fuseprof_store::write_summary(path, ANALYSIS, &analysis_version(), &bytes)?;
+            Ok(bytes.len())
+        }
+        Err(why) => Err(why),
+    };
+    Ok(Written {
+        lanes_bytes: lanes.len(),
+        analysis_bytes,
+    })
+}
+
+/// The timeline summary of the run at `path`, encoded.
+fn derive_lanes(path: &Path) -> Result<Vec<u8>> {
+    let clock = std::time::Instant::now();
     let (mut store, meta) = data::open(path)?;
     let names = NameInfo::load(&mut store)?;
     let summary = Summary::new(meta.first_ns, meta.last_ns);
     let mut enc = LaneEncoder::new(&summary);
     data::summarize(&mut store, &names, &meta, &summary, |p| enc.part(&meta, &p))?;
-    let lanes = enc.finish();
+    tracing::debug!(
+        "timeline summary derived in {:.3} s",
+        clock.elapsed().as_secs_f64()
+    );
+    Ok(enc.finish())
+}
+
+/// The whole-run analysis and operator tree of the run at `path`, encoded; `Err(why)` inside
+/// when there is none to keep. A run without GPU work is refused as [`data::open`] refuses it.
+fn derive_analysis(path: &Path) -> Result<std::result::Result<Vec<u8>, String>> {
+    let clock = std::time::Instant::now();
+    let mut store = Store::open(path)?;
     let analysis = fuseprof_analyzer::analyze_with_op_tree(
         &mut store,
         &AnalyzeConfig::default(),
         &Rules::builtin(),
-    )
-    .map(|(a, t)| encode_analysis(&a, &t));
-    drop(store);
-    fuseprof_store::write_summary(path, LANES, LANES_VERSION, &lanes)?;
-    let analysis_bytes = match analysis {
-        Ok(Some(bytes)) => {
-            fuseprof_store::write_summary(path, ANALYSIS, &analysis_version(), &bytes)?;
-            Ok(bytes.len())
+    );
+    tracing::debug!("analysis derived in {:.3} s", clock.elapsed().as_secs_f64());
+    Ok(match analysis {
+        Ok((a, t)) => {
+            encode_analysis(&a, &t).ok_or_else(|| "the analysis does not serialise".into())
         }
-        Ok(None) => Err("the analysis does not serialise".into()),
         Err(e) => Err(e.to_string()),
-    };
-    Ok(Written {
-        lanes_bytes: lanes.len(),
-        analysis_bytes,
     })
 }
 
