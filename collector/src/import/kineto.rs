@@ -7,6 +7,7 @@
 //! handed to the writer as soon as it is parsed, so no event list is ever built.
 
 mod feed;
+mod inflate;
 mod scan;
 
 use std::borrow::Cow;
@@ -145,99 +146,107 @@ fn import_with(
             "named .gz but not gzip-compressed",
         ));
     }
-    let mut feed = if gzip {
-        if let Some(p) = progress {
-            // Progress in compressed bytes, as they are inflated.
-            p.phase("parsing", raw.len() as u64);
-        }
-        let compressed: Box<dyn Read + '_> = match &raw {
-            Source::Mapped(m) => Box::new(Behind {
-                map: m,
-                at: 0,
-                released: 0,
-                step: window.chunk,
-            }),
-            Source::Read(v) => Box::new(&v[..]),
-        };
-        // A small file gets a window its size would fill, not the usual megabytes.
-        let chunk = window.chunk.min(raw.len().saturating_mul(16).max(1 << 16));
-        Feed::stream(
-            Box::new(flate2::read::MultiGzDecoder::new(Counting {
+    // Where the process may use several cores, a gzip stream is inflated on a thread of its
+    // own, ahead of the parser.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    std::thread::scope(|scope| {
+        let mut feed = if gzip {
+            if let Some(p) = progress {
+                // Progress in compressed bytes, as they are inflated.
+                p.phase("parsing", raw.len() as u64);
+            }
+            let compressed: Box<dyn Read + Send + '_> = match &raw {
+                Source::Mapped(m) => Box::new(Behind {
+                    map: m,
+                    at: 0,
+                    released: 0,
+                    step: window.chunk,
+                }),
+                Source::Read(v) => Box::new(&v[..]),
+            };
+            // A small file gets a window its size would fill, not the usual megabytes.
+            let chunk = window.chunk.min(raw.len().saturating_mul(16).max(1 << 16));
+            let inflating = flate2::read::MultiGzDecoder::new(Counting {
                 inner: compressed,
                 progress,
-            })),
-            Window { chunk, ..window },
-        )
-    } else {
-        if let Some(p) = progress {
-            p.phase("parsing", raw.len() as u64);
-        }
-        let map = match &raw {
-            Source::Mapped(m) => Some(m),
-            Source::Read(_) => None,
+            });
+            let reader: Box<dyn Read + '_> = if cores > 1 {
+                Box::new(inflate::Inflated::spawn(scope, inflating, chunk))
+            } else {
+                Box::new(inflating)
+            };
+            Feed::stream(reader, Window { chunk, ..window })
+        } else {
+            if let Some(p) = progress {
+                p.phase("parsing", raw.len() as u64);
+            }
+            let map = match &raw {
+                Source::Mapped(m) => Some(m),
+                Source::Read(_) => None,
+            };
+            Feed::memory(&raw, map, window)
         };
-        Feed::memory(&raw, map, window)
-    };
-    let mut writer = Writer::create(output, create)?;
-    // Kineto files kernels under a per-device "process"; the launching process comes from the
-    // runtime call with the same correlation id.
-    writer.link_gpu_pids(true);
-    let mut sink = Sink::new(&mut writer);
-    sink.progress = progress.map(|p| (p, (!gzip).then(|| raw.as_ptr() as usize)));
-    match scan::parse(&mut feed, &mut sink) {
-        Ok(()) => {}
-        Err(ScanError::Sink(e)) => return Err(e.into()),
-        Err(ScanError::Read(e)) => {
-            return Err(ImportError::format(path, format!("corrupt gzip data: {e}")))
+        let mut writer = Writer::create(output, create)?;
+        // Kineto files kernels under a per-device "process"; the launching process comes from the
+        // runtime call with the same correlation id.
+        writer.link_gpu_pids(true);
+        let mut sink = Sink::new(&mut writer);
+        sink.progress = progress.map(|p| (p, (!gzip).then(|| raw.as_ptr() as usize)));
+        match scan::parse(&mut feed, &mut sink) {
+            Ok(()) => {}
+            Err(ScanError::Sink(e)) => return Err(e.into()),
+            Err(ScanError::Read(e)) => {
+                return Err(ImportError::format(path, format!("corrupt gzip data: {e}")))
+            }
+            Err(ScanError::NotUtf8(at)) => {
+                return Err(ImportError::format(
+                    path,
+                    format!("not UTF-8 text (byte {at})"),
+                ))
+            }
+            Err(ScanError::Invalid) => {
+                drop(feed);
+                let text = whole_text(path, &raw)?;
+                let text = std::str::from_utf8(&text).map_err(|e| {
+                    ImportError::format(path, format!("not UTF-8 text (byte {})", e.valid_up_to()))
+                })?;
+                let what = check(text).map_or_else(
+                    || "not a PyTorch-profiler trace".to_string(),
+                    |e| describe_json_error(&e),
+                );
+                return Err(ImportError::format(path, what));
+            }
         }
-        Err(ScanError::NotUtf8(at)) => {
+        if sink.events == 0 {
             return Err(ImportError::format(
                 path,
-                format!("not UTF-8 text (byte {at})"),
-            ))
+                "the trace holds no events (no 'traceEvents', or it is empty)",
+            ));
         }
-        Err(ScanError::Invalid) => {
-            drop(feed);
-            let text = whole_text(path, &raw)?;
-            let text = std::str::from_utf8(&text).map_err(|e| {
-                ImportError::format(path, format!("not UTF-8 text (byte {})", e.valid_up_to()))
-            })?;
-            let what = check(text).map_or_else(
-                || "not a PyTorch-profiler trace".to_string(),
-                |e| describe_json_error(&e),
-            );
-            return Err(ImportError::format(path, what));
+        if let Some(p) = progress {
+            p.set_events(sink.events);
+            p.phase("indexing", 0);
         }
-    }
-    if sink.events == 0 {
-        return Err(ImportError::format(
-            path,
-            "the trace holds no events (no 'traceEvents', or it is empty)",
-        ));
-    }
-    if let Some(p) = progress {
-        p.set_events(sink.events);
-        p.phase("indexing", 0);
-    }
-    let report = ImportReport {
-        format: Format::Kineto,
-        source_events: sink.events,
-        counts: Default::default(),
-        skipped: std::mem::take(&mut sink.skipped),
-        names: sink.names,
-    };
-    let run = std::mem::take(&mut sink.run);
-    let devices = std::mem::take(&mut sink.devices);
-    drop(sink);
-    for d in devices {
-        writer.device(d);
-    }
-    let counts = writer.finish(RunInfo {
-        source_format: "kineto".into(),
-        source_path: Some(path.display().to_string()),
-        ..run
-    })?;
-    Ok(ImportReport { counts, ..report })
+        let report = ImportReport {
+            format: Format::Kineto,
+            source_events: sink.events,
+            counts: Default::default(),
+            skipped: std::mem::take(&mut sink.skipped),
+            names: sink.names,
+        };
+        let run = std::mem::take(&mut sink.run);
+        let devices = std::mem::take(&mut sink.devices);
+        drop(sink);
+        for d in devices {
+            writer.device(d);
+        }
+        let counts = writer.finish(RunInfo {
+            source_format: "kineto".into(),
+            source_path: Some(path.display().to_string()),
+            ..run
+        })?;
+        Ok(ImportReport { counts, ..report })
+    })
 }
 
 fn describe_json_error(e: &serde_json::Error) -> String {
