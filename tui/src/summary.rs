@@ -54,7 +54,14 @@ pub struct Written {
 /// use more than one core, the timeline summary is derived on a second thread while this one
 /// analyses.
 pub fn write(path: &Path) -> Result<Written> {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    write_with(
+        path,
+        std::thread::available_parallelism().map_or(1, |n| n.get()),
+    )
+}
+
+/// [`write`] with `cores` cores to use.
+fn write_with(path: &Path, cores: usize) -> Result<Written> {
     let (lanes, analysis) = if cores > 1 {
         std::thread::scope(|s| {
             let lanes = s.spawn(|| derive_lanes(path));
@@ -543,6 +550,27 @@ mod tests {
         let mut r = flate2::read::GzDecoder::new(std::fs::File::open(gz).unwrap());
         std::io::copy(&mut r, &mut std::fs::File::create(&out).unwrap()).unwrap();
         (dir, out)
+    }
+
+    /// One core and two keep the same summaries, byte for byte.
+    #[test]
+    fn one_core_and_two_keep_the_same_summaries() {
+        let kept = |cores| {
+            let (dir, path) = swin();
+            write_with(&path, cores).unwrap();
+            let mut store = Store::open(&path).unwrap();
+            let lanes = store.summary(LANES, LANES_VERSION).unwrap().unwrap();
+            let analysis = store
+                .summary(ANALYSIS, &analysis_version())
+                .unwrap()
+                .unwrap();
+            drop(store);
+            drop(dir);
+            (lanes, analysis)
+        };
+        let (one, two) = (kept(1), kept(2));
+        assert!(one.0 == two.0, "lane summaries differ");
+        assert!(one.1 == two.1, "analyses differ");
     }
 
     /// What the pass derives reads back the same from the run: every lane's bins at every

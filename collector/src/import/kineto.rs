@@ -127,16 +127,18 @@ pub(crate) fn import(
     create: CreateOptions,
     progress: Option<&Progress>,
 ) -> Result<ImportReport> {
-    import_with(path, output, create, progress, Window::DEFAULT)
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    import_with(path, output, create, progress, Window::DEFAULT, cores)
 }
 
-/// [`import`], the trace read through windows of `window`'s sizes.
+/// [`import`], the trace read through windows of `window`'s sizes, with `cores` cores to use.
 fn import_with(
     path: &Path,
     output: &Path,
     create: CreateOptions,
     progress: Option<&Progress>,
     window: Window,
+    cores: usize,
 ) -> Result<ImportReport> {
     let raw = read_file(path, progress)?;
     let gzip = is_gzip(&raw);
@@ -146,9 +148,7 @@ fn import_with(
             "named .gz but not gzip-compressed",
         ));
     }
-    // Where the process may use several cores, a gzip stream is inflated on a thread of its
-    // own, ahead of the parser.
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // With several cores, a gzip stream is inflated on a thread of its own, ahead of the parser.
     std::thread::scope(|scope| {
         let mut feed = if gzip {
             if let Some(p) = progress {
@@ -1003,14 +1003,21 @@ mod tests {
                 windows.extend((2..48).map(|c| (c, 1)));
             }
             for (chunk, ahead) in windows {
-                for input in [&gz, &plain] {
+                // The gzip stream inflated on the parser's thread (one core) and ahead of it.
+                for (input, cores) in [(&gz, 1), (&gz, 2), (&plain, 1)] {
                     let out = dir.path().join(format!("stream-{chunk}.sqlite"));
                     let _ = std::fs::remove_file(&out);
                     let window = Window { chunk, ahead };
-                    let report = import_with(input, &out, CreateOptions::default(), None, window)
-                        .unwrap_or_else(|e| panic!("{name} {input:?}, {window:?}: {e}"));
+                    let report =
+                        import_with(input, &out, CreateOptions::default(), None, window, cores)
+                            .unwrap_or_else(|e| {
+                                panic!("{name} {input:?}, {window:?}, {cores} cores: {e}")
+                            });
                     assert_eq!(report.source_events, want_report.source_events, "{name}");
-                    assert!(dump(&out) == want, "{name} {input:?}, {window:?}");
+                    assert!(
+                        dump(&out) == want,
+                        "{name} {input:?}, {window:?}, {cores} cores"
+                    );
                 }
             }
         }
@@ -1038,16 +1045,60 @@ mod tests {
             let gz = dir.path().join("stream.json.gz");
             std::fs::write(&gz, gzip(text)).unwrap();
             for (chunk, ahead) in [(1, 1), (5, 2), (1 << 20, 1 << 16)] {
-                for input in [&gz, &plain] {
+                for (input, cores) in [(&gz, 1), (&gz, 2), (&plain, 1)] {
                     let _ = std::fs::remove_file(&out);
                     let window = Window { chunk, ahead };
-                    let got = import_with(input, &out, CreateOptions::default(), None, window)
-                        .unwrap_err()
-                        .to_string()
-                        .replace("stream.json.gz", "")
-                        .replace("whole.json", "");
+                    let got =
+                        import_with(input, &out, CreateOptions::default(), None, window, cores)
+                            .unwrap_err()
+                            .to_string()
+                            .replace("stream.json.gz", "")
+                            .replace("whole.json", "");
                     let text = String::from_utf8_lossy(text);
                     assert_eq!(got, want, "{text:?} {input:?}, {window:?}");
+                }
+            }
+        }
+    }
+
+    /// A gzip stream that breaks off or goes bad part way is refused with the same words
+    /// whether it is inflated on the parser's thread or ahead of it.
+    #[test]
+    fn a_bad_gzip_stream_is_refused_alike_on_one_core_and_two() {
+        let dir = tempfile::tempdir().unwrap();
+        let events: String = (0..2000)
+            .map(|i| {
+                format!(
+                    r#"{{"ph":"X","cat":"cpu_op","name":"op{i}","pid":1,"tid":1,"ts":{i},"dur":1}}"#
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(",");
+        let good = gzip(format!(r#"{{"traceEvents":[{events}]}}"#).as_bytes());
+        let mut garbled = good.clone();
+        let mid = garbled.len() / 2;
+        garbled[mid..mid + 16].iter_mut().for_each(|b| *b ^= 0x5a);
+        let cut = good[..good.len() / 2].to_vec();
+        for (what, bytes) in [("garbled", garbled), ("cut", cut)] {
+            let gz = dir.path().join("bad.json.gz");
+            std::fs::write(&gz, &bytes).unwrap();
+            let out = dir.path().join("out.sqlite");
+            for (chunk, ahead) in [(7, 3), (4096, 1024), (1 << 20, 1 << 16)] {
+                let window = Window { chunk, ahead };
+                let said: Vec<String> = [1, 2]
+                    .into_iter()
+                    .map(|cores| {
+                        let e =
+                            import_with(&gz, &out, CreateOptions::default(), None, window, cores)
+                                .unwrap_err()
+                                .to_string();
+                        assert!(!out.exists(), "{what}: no run is left behind");
+                        e
+                    })
+                    .collect();
+                assert_eq!(said[0], said[1], "{what}, {window:?}");
+                if what == "cut" {
+                    assert!(said[0].contains("corrupt gzip data"), "{}", said[0]);
                 }
             }
         }

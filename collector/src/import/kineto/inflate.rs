@@ -1,6 +1,6 @@
 //! A gzip stream inflated on a thread of its own, ahead of the parser, where the process may
-//! use more than one core: inflating is a fifth of a compressed trace's import, and the parser
-//! then reads inflated chunks as they come instead of waiting for each.
+//! use more than one core: inflating is about a sixth of a compressed trace's import, and the
+//! parser then reads inflated chunks as they come instead of waiting for each.
 
 use std::io::{self, Read};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
