@@ -968,20 +968,65 @@ impl Bulk {
     }
 
     /// Writes the held rows, the rest of every tree and the header.
+    ///
+    /// Where the process may use more than one core, the API call and range indexes (whose
+    /// keys are all in by now) are sorted on a second thread while this one writes the held
+    /// kernels and copies and sorts their indexes; every tree is then written in the same order
+    /// as on one core, so the file is the same.
     fn finish(mut self) -> std::io::Result<()> {
-        if let Some(link) = self.link.take() {
-            let mut near = 0;
-            let mut pid =
-                |p: Option<i64>, c: Option<i64>| p.or_else(|| link.pids.get(c?, &mut near));
-            for mut k in link.kernels.iter().cloned() {
-                k.pid = pid(k.pid, k.correlation_id);
-                self.kernel(&k)?;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let done = (
+            std::mem::replace(&mut self.api_calls_by_correlation, IndexTree::new(0)),
+            std::mem::replace(&mut self.api_calls_by_thread_time, IndexTree::new(0)),
+            std::mem::replace(&mut self.ranges_by_thread_time, IndexTree::new(0)),
+            std::mem::replace(&mut self.ranges_by_external, IndexTree::new(0)),
+        );
+        let done = std::thread::scope(|s| -> std::io::Result<_> {
+            // Ok: sorting on the second thread; Err: left for this one.
+            let sorting = if cores > 1 {
+                Ok(s.spawn(move || {
+                    let (mut a, mut b, mut c, mut d) = done;
+                    a.sort();
+                    b.sort();
+                    c.sort();
+                    d.sort();
+                    (a, b, c, d)
+                }))
+            } else {
+                Err(done)
+            };
+            if let Some(link) = self.link.take() {
+                let mut near = 0;
+                let mut pid =
+                    |p: Option<i64>, c: Option<i64>| p.or_else(|| link.pids.get(c?, &mut near));
+                for mut k in link.kernels.iter().cloned() {
+                    k.pid = pid(k.pid, k.correlation_id);
+                    self.kernel(&k)?;
+                }
+                for mut m in link.memops.iter().cloned() {
+                    m.pid = pid(m.pid, m.correlation_id);
+                    self.memop(&m)?;
+                }
             }
-            for mut m in link.memops.iter().cloned() {
-                m.pid = pid(m.pid, m.correlation_id);
-                self.memop(&m)?;
-            }
-        }
+            Ok(match sorting {
+                Ok(sorting) => {
+                    self.kernels_by_stream_time.sort();
+                    self.kernels_by_correlation.sort();
+                    self.memops_by_stream_time.sort();
+                    self.memops_by_correlation.sort();
+                    sorting
+                        .join()
+                        .unwrap_or_else(|p| std::panic::resume_unwind(p))
+                }
+                Err(done) => done,
+            })
+        })?;
+        (
+            self.api_calls_by_correlation,
+            self.api_calls_by_thread_time,
+            self.ranges_by_thread_time,
+            self.ranges_by_external,
+        ) = done;
         let f = &mut self.file;
         for t in [
             self.strings,

@@ -541,6 +541,8 @@ impl IndexKey for i64 {
 pub(crate) struct IndexTree<K> {
     root: u32,
     entries: Vec<(K, i64)>,
+    /// How many of `entries` [`IndexTree::sort`] sorted: all of them unless one came since.
+    sorted: usize,
 }
 
 impl<K: IndexKey> IndexTree<K> {
@@ -548,11 +550,22 @@ impl<K: IndexKey> IndexTree<K> {
         IndexTree {
             root,
             entries: Vec::new(),
+            sorted: 0,
         }
     }
 
     pub(crate) fn add(&mut self, key: K, rowid: i64) {
         self.entries.push((key, rowid));
+    }
+
+    /// Sorts the entries, which [`IndexTree::finish`] then writes as they are: an index whose
+    /// keys are all in can be sorted on another thread while other rows are still written.
+    pub(crate) fn sort(&mut self) {
+        if self.sorted != self.entries.len() {
+            // Rowids are unique, so the order is total and the unstable sort exact.
+            self.entries.sort_unstable();
+            self.sorted = self.entries.len();
+        }
     }
 
     /// Sorts the entries and writes the tree: leaves packed in order, and between two
@@ -562,8 +575,7 @@ impl<K: IndexKey> IndexTree<K> {
         if self.entries.is_empty() {
             return Ok(());
         }
-        // Rowids are unique, so the order is total and the unstable sort exact.
-        self.entries.sort_unstable();
+        self.sort();
         let geo = file.geometry();
         let mut rec = Record::default();
         let mut cell = Vec::new();
