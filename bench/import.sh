@@ -30,10 +30,33 @@ target=${CARGO_TARGET_DIR:-target}
 # FUSEPROF_BIN: another build to measure (e.g. the one before a change) on the same inputs.
 bin=${FUSEPROF_BIN:-$target/release/fuseprof}
 
+# best_of LABEL CPUS INPUT...: imports INPUT... REPEAT times (default 3) on CPUS (runs of one
+# build vary here) and prints the fastest run by wall time as
+# "wall_s cpu_s peak_rss_kb events summaries_s".
+best_of() {
+  local label=$1 cpus=$2 out=$work/run.sqlite log=$work/time.log best= k secs cpu rss_kb events sum_s
+  shift 2
+  for ((k = 0; k < ${REPEAT:-3}; k++)); do
+    rm -f "$out"
+    taskset -c "$cpus" /usr/bin/time -v "$bin" import "$@" -o "$out" 2> "$log" || { cat "$log" >&2; exit 1; }
+    # One file's source events, or the events of a job's ranks.
+    events=$(grep -o 'from [0-9]* source events' "$log" | grep -o '[0-9]*' \
+      || grep -o 'ranks: [0-9]* kernels, [0-9]* events' "$log" | grep -o '[0-9]* events' | grep -o '[0-9]*')
+    sum_s=$(grep -o "kept the explorer's summaries.* in [0-9.]* s" "$log" | grep -o '[0-9.]* s$' | grep -o '[0-9.]*' || true)
+    secs=$(grep 'Elapsed (wall clock)' "$log" | awk '{print $NF}' | awk -F: '{ if (NF==3) print $1*3600+$2*60+$3; else print $1*60+$2 }')
+    cpu=$(grep -E '(User|System) time \(seconds\)' "$log" | awk '{s += $NF} END {print s}')
+    rss_kb=$(grep 'Maximum resident set size' "$log" | awk '{print $NF}')
+    echo "  $label on cpus $cpus, run $((k + 1)): $secs s wall, $cpu s CPU, $rss_kb KB" >&2
+    if [ -z "$best" ] || awk -v a="$secs" -v b="${best%% *}" 'BEGIN {exit !(a < b)}'; then
+      best="$secs $cpu $rss_kb $events ${sum_s:-0}"
+    fi
+  done
+  echo "$best"
+}
+
 if [ "$mode" = ranks ]; then
   ranks=${1:-2}
   copies=${2:-200}
-  repeat=${REPEAT:-3}
   inputs=()
   size_mb=0
   for ((r = 0; r < ranks; r++)); do
@@ -50,21 +73,8 @@ if [ "$mode" = ranks ]; then
   echo "| input | cores | events | uncompressed MB | wall s | CPU s | events/s | peak RSS MiB | peak / input |"
   echo "|---|---|---|---|---|---|---|---|---|"
   for cpus in 0 0,1; do
-    best=
-    for ((k = 0; k < repeat; k++)); do
-      out=$work/job.sqlite log=$work/time.log
-      rm -f "$out"
-      taskset -c $cpus /usr/bin/time -v "$bin" import "${inputs[@]}" -o "$out" 2> "$log" || { cat "$log"; exit 1; }
-      events=$(grep -o 'ranks: [0-9]* kernels, [0-9]* events' "$log" | grep -o '[0-9]* events' | grep -o '[0-9]*')
-      secs=$(grep 'Elapsed (wall clock)' "$log" | awk '{print $NF}' | awk -F: '{ if (NF==3) print $1*3600+$2*60+$3; else print $1*60+$2 }')
-      cpu=$(grep -E '(User|System) time \(seconds\)' "$log" | awk '{s += $NF} END {print s}')
-      rss_kb=$(grep 'Maximum resident set size' "$log" | awk '{print $NF}')
-      echo "  run $((k + 1)) on cpus $cpus: $secs s wall, $cpu s CPU, $rss_kb KB" >&2
-      if [ -z "$best" ] || awk -v a="$secs" -v b="${best%% *}" 'BEGIN {exit !(a < b)}'; then
-        best="$secs $cpu $rss_kb $events"
-      fi
-    done
-    read -r secs cpu rss_kb events <<< "$best"
+    best=$(best_of "$ranks ranks" $cpus "${inputs[@]}")  # (a failed import stops the script)
+    read -r secs cpu rss_kb events _ <<< "$best"
     awk -v l="$ranks ranks (HTA job x$copies), Kineto JSON" -v n="$(echo $cpus | tr , '\n' | wc -l)" -v e="$events" -v s="$secs" -v c="$cpu" -v r="$rss_kb" -v m="$size_mb" 'BEGIN {
       printf "| %s | %d | %d | %.1f | %.2f | %.2f | %.2f M/s | %.0f | %.2fx |\n", l, n, e, m, s, c, e/s/1e6, r/1024, (r*1024)/(m*1e6) }'
   done
@@ -79,24 +89,10 @@ nsys_big=$work/nsys-big.sqlite
 [ -f "$nsys_big" ] || $target/release/examples/gen_nsys "$nsys_src" "$nsys_copies" "$nsys_big"
 
 row() { # label input cpus
-  local label=$1 input=$2 cpus=$3 out=$work/run.sqlite log=$work/time.log
-  local events secs cpu rss_kb size_mb sum_s best=
-  # The input read once first, so that the row times the import and not the disk; the row
-  # is the best wall time of REPEAT runs (default 3), since runs of one build vary here.
+  local label=$1 input=$2 cpus=$3 best secs cpu rss_kb events sum_s size_mb
+  # The input read once first, so that the row times the import and not the disk.
   cat "$input" > /dev/null
-  for ((k = 0; k < ${REPEAT:-3}; k++)); do
-    rm -f "$out"
-    taskset -c "$cpus" /usr/bin/time -v "$bin" import "$input" -o "$out" 2> "$log" || { cat "$log"; exit 1; }
-    events=$(grep -o 'from [0-9]* source events' "$log" | grep -o '[0-9]*')
-    sum_s=$(grep -o "kept the explorer's summaries.* in [0-9.]* s" "$log" | grep -o '[0-9.]* s$' | grep -o '[0-9.]*' || true)
-    secs=$(grep 'Elapsed (wall clock)' "$log" | awk '{print $NF}' | awk -F: '{ if (NF==3) print $1*3600+$2*60+$3; else print $1*60+$2 }')
-    cpu=$(grep -E '(User|System) time \(seconds\)' "$log" | awk '{s += $NF} END {print s}')
-    rss_kb=$(grep 'Maximum resident set size' "$log" | awk '{print $NF}')
-    echo "  $label on cpus $cpus, run $((k + 1)): $secs s wall, $cpu s CPU, $rss_kb KB" >&2
-    if [ -z "$best" ] || awk -v a="$secs" -v b="${best%% *}" 'BEGIN {exit !(a < b)}'; then
-      best="$secs $cpu $rss_kb $events ${sum_s:-0}"
-    fi
-  done
+  best=$(best_of "$label" "$cpus" "$input")  # (a failed import stops the script)
   read -r secs cpu rss_kb events sum_s <<< "$best"
   case "$input" in
     *.gz) size_mb=$(gzip -dc "$input" | wc -c | awk '{print $1/1e6}') ;;
