@@ -105,7 +105,7 @@ fn derive_lanes(path: &Path) -> Result<Vec<u8>> {
 }
 
 /// The whole-run analysis and operator tree of the run at `path`, encoded; `Err(why)` inside
-/// when there is none to keep. A run without GPU work is refused as [`data::open`] refuses it.
+/// when there is none to keep (a run without GPU work, which [`derive_lanes`] refuses).
 fn derive_analysis(path: &Path) -> Result<std::result::Result<Vec<u8>, String>> {
     let clock = std::time::Instant::now();
     let mut store = Store::open(path)?;
