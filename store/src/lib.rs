@@ -53,5 +53,11 @@ pub use summaries::write_summary;
 pub use tables::{Leaves, ResumeAt, TableCursor, TableFile};
 pub use writer::{Counts, CreateOptions, Writer};
 
+/// The cores this process may use (its CPU affinity and cgroup quota included), at least 1:
+/// where there is more than one, the import's stages that can run side by side do.
+pub fn usable_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// The schema version this build writes and the newest it reads.
 pub const SCHEMA_VERSION: i64 = 3;

@@ -974,7 +974,7 @@ impl Bulk {
     /// kernels and copies and sorts their indexes; every tree is then written in the same order
     /// as on one core, so the file is the same.
     fn finish(mut self) -> std::io::Result<()> {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cores = crate::usable_cores();
         let done = (
             std::mem::replace(&mut self.api_calls_by_correlation, IndexTree::new(0)),
             std::mem::replace(&mut self.api_calls_by_thread_time, IndexTree::new(0)),

@@ -54,10 +54,7 @@ pub struct Written {
 /// use more than one core, the timeline summary is derived on a second thread while this one
 /// analyses.
 pub fn write(path: &Path) -> Result<Written> {
-    write_with(
-        path,
-        std::thread::available_parallelism().map_or(1, |n| n.get()),
-    )
+    write_with(path, fuseprof_store::usable_cores())
 }
 
 /// [`write`] with `cores` cores to use.

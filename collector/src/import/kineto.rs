@@ -127,7 +127,7 @@ pub(crate) fn import(
     create: CreateOptions,
     progress: Option<&Progress>,
 ) -> Result<ImportReport> {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cores = fuseprof_store::usable_cores();
     import_with(path, output, create, progress, Window::DEFAULT, cores)
 }
 
@@ -148,8 +148,14 @@ fn import_with(
             "named .gz but not gzip-compressed",
         ));
     }
+    let mut writer = Writer::create(output, create)?;
+    // Kineto files kernels under a per-device "process"; the launching process comes from the
+    // runtime call with the same correlation id.
+    writer.link_gpu_pids(true);
+    let mut sink = Sink::new(&mut writer);
+    sink.progress = progress.map(|p| (p, (!gzip).then(|| raw.as_ptr() as usize)));
     // With several cores, a gzip stream is inflated on a thread of its own, ahead of the parser.
-    std::thread::scope(|scope| {
+    let parsed = std::thread::scope(|scope| {
         let mut feed = if gzip {
             if let Some(p) = progress {
                 // Progress in compressed bytes, as they are inflated.
@@ -186,67 +192,61 @@ fn import_with(
             };
             Feed::memory(&raw, map, window)
         };
-        let mut writer = Writer::create(output, create)?;
-        // Kineto files kernels under a per-device "process"; the launching process comes from the
-        // runtime call with the same correlation id.
-        writer.link_gpu_pids(true);
-        let mut sink = Sink::new(&mut writer);
-        sink.progress = progress.map(|p| (p, (!gzip).then(|| raw.as_ptr() as usize)));
-        match scan::parse(&mut feed, &mut sink) {
-            Ok(()) => {}
-            Err(ScanError::Sink(e)) => return Err(e.into()),
-            Err(ScanError::Read(e)) => {
-                return Err(ImportError::format(path, format!("corrupt gzip data: {e}")))
-            }
-            Err(ScanError::NotUtf8(at)) => {
-                return Err(ImportError::format(
-                    path,
-                    format!("not UTF-8 text (byte {at})"),
-                ))
-            }
-            Err(ScanError::Invalid) => {
-                drop(feed);
-                let text = whole_text(path, &raw)?;
-                let text = std::str::from_utf8(&text).map_err(|e| {
-                    ImportError::format(path, format!("not UTF-8 text (byte {})", e.valid_up_to()))
-                })?;
-                let what = check(text).map_or_else(
-                    || "not a PyTorch-profiler trace".to_string(),
-                    |e| describe_json_error(&e),
-                );
-                return Err(ImportError::format(path, what));
-            }
+        scan::parse(&mut feed, &mut sink)
+    });
+    match parsed {
+        Ok(()) => {}
+        Err(ScanError::Sink(e)) => return Err(e.into()),
+        Err(ScanError::Read(e)) => {
+            return Err(ImportError::format(path, format!("corrupt gzip data: {e}")))
         }
-        if sink.events == 0 {
+        Err(ScanError::NotUtf8(at)) => {
             return Err(ImportError::format(
                 path,
-                "the trace holds no events (no 'traceEvents', or it is empty)",
-            ));
+                format!("not UTF-8 text (byte {at})"),
+            ))
         }
-        if let Some(p) = progress {
-            p.set_events(sink.events);
-            p.phase("indexing", 0);
+        Err(ScanError::Invalid) => {
+            let text = whole_text(path, &raw)?;
+            let text = std::str::from_utf8(&text).map_err(|e| {
+                ImportError::format(path, format!("not UTF-8 text (byte {})", e.valid_up_to()))
+            })?;
+            let what = check(text).map_or_else(
+                || "not a PyTorch-profiler trace".to_string(),
+                |e| describe_json_error(&e),
+            );
+            return Err(ImportError::format(path, what));
         }
-        let report = ImportReport {
-            format: Format::Kineto,
-            source_events: sink.events,
-            counts: Default::default(),
-            skipped: std::mem::take(&mut sink.skipped),
-            names: sink.names,
-        };
-        let run = std::mem::take(&mut sink.run);
-        let devices = std::mem::take(&mut sink.devices);
-        drop(sink);
-        for d in devices {
-            writer.device(d);
-        }
-        let counts = writer.finish(RunInfo {
-            source_format: "kineto".into(),
-            source_path: Some(path.display().to_string()),
-            ..run
-        })?;
-        Ok(ImportReport { counts, ..report })
-    })
+    }
+    if sink.events == 0 {
+        return Err(ImportError::format(
+            path,
+            "the trace holds no events (no 'traceEvents', or it is empty)",
+        ));
+    }
+    if let Some(p) = progress {
+        p.set_events(sink.events);
+        p.phase("indexing", 0);
+    }
+    let report = ImportReport {
+        format: Format::Kineto,
+        source_events: sink.events,
+        counts: Default::default(),
+        skipped: std::mem::take(&mut sink.skipped),
+        names: sink.names,
+    };
+    let run = std::mem::take(&mut sink.run);
+    let devices = std::mem::take(&mut sink.devices);
+    drop(sink);
+    for d in devices {
+        writer.device(d);
+    }
+    let counts = writer.finish(RunInfo {
+        source_format: "kineto".into(),
+        source_path: Some(path.display().to_string()),
+        ..run
+    })?;
+    Ok(ImportReport { counts, ..report })
 }
 
 fn describe_json_error(e: &serde_json::Error) -> String {

@@ -207,7 +207,7 @@ fn load(input: &Path, part: &Path, report: ImportReport, nsys: bool) -> Result<L
 /// How many inputs to import at once: `jobs`, else the cores this process may use (its CPU
 /// affinity and cgroup quota included), never more than there are inputs.
 fn workers(jobs: Option<usize>, inputs: usize) -> usize {
-    jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    jobs.unwrap_or_else(fuseprof_store::usable_cores)
         .clamp(1, inputs.max(1))
 }
 
@@ -641,20 +641,14 @@ fn device_ranks_of(path: &Path, source_path: &str) -> Result<Option<(Vec<RankInf
     // ranks); whether a name is a collective is decided once per name.
     let mut per_pid: PidDevices = Default::default();
     let mut per_device: std::collections::BTreeMap<i64, Vec<Collective>> = Default::default();
-    let mut collective: Vec<Option<bool>> = Vec::new();
+    let mut collective: rustc_hash::FxHashMap<i64, bool> = Default::default();
     store.for_each_lean_kernel(|k| {
         if let Some(pid) = k.pid {
             per_pid.entry(pid).or_default().insert(k.device_id);
         }
-        let is = match usize::try_from(k.name.0) {
-            Ok(i) => {
-                if collective.len() <= i {
-                    collective.resize(i + 1, None);
-                }
-                *collective[i].get_or_insert_with(|| is_collective(strings.get(k.name)))
-            }
-            Err(_) => is_collective(strings.get(k.name)),
-        };
+        let is = *collective
+            .entry(k.name.0)
+            .or_insert_with(|| is_collective(strings.get(k.name)));
         if is {
             per_device.entry(k.device_id).or_default().push(Collective {
                 key: k.name.0 as u32,
