@@ -197,6 +197,9 @@ pub(crate) struct Tree {
     /// (pid, tid) of each thread index.
     pub threads: Vec<(i64, i64)>,
     pub thread_index: FxMap<(i64, i64), u32>,
+    /// The ranges whose role is [`Role::Step`], in order: the step finder reads these rather
+    /// than every range (once for the run and once per rank).
+    pub steps: Vec<u32>,
     /// Oddities met and how they were handled.
     pub unclosed: u64,
     pub clipped: u64,
@@ -437,9 +440,13 @@ impl<'n> TreeBuilder<'n> {
         for tt in current_thread.wrapping_add(1)..=threads.len() as u32 {
             thread_start[tt as usize] = ranges.len() as u32;
         }
-        for r in &mut ranges {
+        let mut steps = Vec::new();
+        for (i, r) in ranges.iter_mut().enumerate() {
             if r.end_ns == i64::MAX {
                 r.end_ns = run_end_ns.max(r.start_ns);
+            }
+            if r.role() == Role::Step {
+                steps.push(i as u32);
             }
         }
         Tree {
@@ -448,6 +455,7 @@ impl<'n> TreeBuilder<'n> {
             thread_start,
             threads,
             thread_index,
+            steps,
             unclosed,
             clipped,
             reversed,

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::attribution::Item;
-use crate::ops::{Names, Role, Tree, NONE};
+use crate::ops::{Names, Tree, NONE};
 
 /// Where the steps came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,8 +65,8 @@ pub(crate) fn find_in(
 
 fn from_annotations(tree: &Tree, names: &Names, keep: &dyn Fn(u32) -> bool) -> Option<Found> {
     let mut families: std::collections::HashMap<u32, Vec<Window>> = Default::default();
-    for r in &tree.ranges {
-        if r.role() == Role::Step && keep(r.thread()) {
+    for r in tree.steps.iter().map(|&i| &tree.ranges[i as usize]) {
+        if keep(r.thread()) {
             families.entry(r.name).or_default().push(Window {
                 start_ns: r.start_ns,
                 end_ns: r.end_ns,
