@@ -86,6 +86,9 @@ struct Joiner<'a> {
     /// correlation ids of its own).
     launch_hints: Vec<(Option<i64>, usize)>,
     range_hints: Vec<usize>,
+    /// When set, the range lookups of records with a launch call wait here (launching
+    /// thread, launch time, item) for [`Joiner::resolve_deferred`].
+    deferred: Option<Vec<(u32, i64, u32)>>,
 }
 
 impl Joiner<'_> {
@@ -141,6 +144,22 @@ impl Joiner<'_> {
         found
     }
 
+    /// Looks up the deferred records' ranges in (thread, launch time) order, so that each
+    /// search starts next to the one before it, and stops deferring.
+    fn resolve_deferred(&mut self) {
+        let Some(mut d) = self.deferred.take() else {
+            return;
+        };
+        d.sort_unstable();
+        for (thread, launch_ns, item) in d {
+            let hint = &mut self.range_hints[thread as usize];
+            match self.tree.innermost(thread, launch_ns, hint) {
+                Some(r) => self.out.items[item as usize].owner = r,
+                None => self.out.outside_ranges += 1,
+            }
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn push(
         &mut self,
@@ -173,10 +192,15 @@ impl Joiner<'_> {
                     flags |= FLAG_NEW_LAUNCH;
                     self.out.launches += 1;
                 }
-                let hint = &mut self.range_hints[l.thread as usize];
-                match self.tree.innermost(l.thread, l.start_ns, hint) {
-                    Some(r) => owner = r,
-                    None => self.out.outside_ranges += 1,
+                match &mut self.deferred {
+                    Some(d) => d.push((l.thread, l.start_ns, self.out.items.len() as u32)),
+                    None => {
+                        let hint = &mut self.range_hints[l.thread as usize];
+                        match self.tree.innermost(l.thread, l.start_ns, hint) {
+                            Some(r) => owner = r,
+                            None => self.out.outside_ranges += 1,
+                        }
+                    }
                 }
             }
             None => {
@@ -288,6 +312,7 @@ pub(crate) fn attribute(
         pending: Vec::new(),
         launch_hints: Vec::new(),
         range_hints: vec![0; tree.threads.len()],
+        deferred: None,
     };
     let push_kernel = |j: &mut Joiner<'_>, k: &LeanKernel, class: Class| {
         let flags = KIND_KERNEL | if k.graph_id.is_some() { FLAG_GRAPH } else { 0 };
@@ -338,6 +363,10 @@ pub(crate) fn attribute(
         })?;
     }
     crate::lap(clock, "kernels scan and join");
+    // Copies come in GPU order, which on each thread jumps back and forth over many ranges
+    // between one copy's launch and the next: their range lookups are made in launch order
+    // once all are read.
+    j.deferred = Some(Vec::new());
     // The synthetic name of each (kind, copy kind), interned the first time it is met.
     let mut memop_names: Vec<((MemopKind, Option<CopyKind>), u32)> = Vec::new();
     let mut on_memop = |m: &fuseprof_store::LeanMemop| {
@@ -376,6 +405,7 @@ pub(crate) fn attribute(
         None => store.for_each_lean_memop(&mut on_memop)?,
         Some(w) => w.memops.iter().for_each(&mut on_memop),
     }
+    j.resolve_deferred();
     crate::lap(clock, "memops scan and join");
     if !j.pending.is_empty() {
         match window {
