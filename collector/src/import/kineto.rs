@@ -433,8 +433,12 @@ impl<'w> Sink<'w> {
         let cat = e.cat.as_deref().unwrap_or("");
         let name = e.name.as_deref().unwrap_or("");
         let args = e.args.as_ref().unwrap_or(&NO_ARGS);
-        let start_ns = e.ts.and_then(time_ns).unwrap_or(0);
-        let end_ns = start_ns + e.dur.and_then(time_ns).unwrap_or(0).max(0);
+        let start_ns = e.ts_ns.or_else(|| e.ts.and_then(time_ns)).unwrap_or(0);
+        let end_ns = start_ns
+            + e.dur_ns
+                .or_else(|| e.dur.and_then(time_ns))
+                .unwrap_or(0)
+                .max(0);
         match ph {
             "X" => {
                 let pid = self.id_of(&e.pid, true);
@@ -863,6 +867,12 @@ struct RawEvent<'a> {
     ts: Option<Raw<'a>>,
     #[serde(borrow)]
     dur: Option<Raw<'a>>,
+    /// `ts` and `dur` in nanoseconds, where the scanner read them with the event (else
+    /// `time_ns` reads the text).
+    #[serde(skip)]
+    ts_ns: Option<i64>,
+    #[serde(skip)]
+    dur_ns: Option<i64>,
     #[serde(borrow)]
     id: Option<Num<'a>>,
     #[serde(borrow)]

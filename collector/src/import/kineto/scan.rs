@@ -57,6 +57,50 @@ fn string_stops(word: u64) -> u64 {
     quote | backslash | control
 }
 
+/// How many of `word`'s bytes (little-endian, the first at the bottom) are ASCII digits
+/// before the first that is not (8 when all are).
+#[inline]
+fn leading_digits(word: u64) -> usize {
+    const HIGH_NIBBLES: u64 = 0xf0f0_f0f0_f0f0_f0f0;
+    const THREES: u64 = 0x3030_3030_3030_3030;
+    // A digit's high nibble is 3, and stays 3 when 6 is added to it (0x3a..0x3f go to 4).
+    // Adding carries out of a byte only from 0xfa up, which is flagged itself, so only the
+    // lowest flag counts.
+    let bad = ((word & HIGH_NIBBLES) ^ THREES)
+        | ((word.wrapping_add(0x0606_0606_0606_0606) & HIGH_NIBBLES) ^ THREES);
+    (bad.trailing_zeros() / 8) as usize
+}
+
+/// The value of eight ASCII digits (little-endian, the most significant at the bottom).
+#[inline]
+fn eight_digits(word: u64) -> u64 {
+    let v = word.wrapping_sub(0x3030_3030_3030_3030);
+    // Pairs, then quads, then the eight.
+    let v = v.wrapping_mul(10).wrapping_add(v >> 8) & 0x00ff_00ff_00ff_00ff;
+    let v = v.wrapping_mul(100).wrapping_add(v >> 16) & 0x0000_ffff_0000_ffff;
+    v.wrapping_mul(10_000).wrapping_add(v >> 32) & 0xffff_ffff
+}
+
+/// The value of the first `n` (1 to 7) ASCII digits of `word`.
+#[inline]
+fn first_digits(word: u64, n: usize) -> u64 {
+    // Shifted up past the other bytes, with zero digits filled in below: the same number.
+    let pad = 8 * (8 - n) as u32;
+    eight_digits((word << pad) | (0x3030_3030_3030_3030 >> (64 - pad)))
+}
+
+const POW10: [u64; 9] = [
+    1,
+    10,
+    100,
+    1_000,
+    10_000,
+    100_000,
+    1_000_000,
+    10_000_000,
+    100_000_000,
+];
+
 /// Event keys, as bits, to find a duplicate (serde's derived structs refuse them).
 const PH: u32 = 1;
 const CAT: u32 = 1 << 1;
@@ -476,6 +520,83 @@ impl<'a> Scanner<'a> {
         Some((Some(dims), j))
     }
 
+    /// A time in microseconds of the decimal form Kineto writes (`-`, 1 to 18 integer digits
+    /// without a leading zero, an optional fraction), as integer nanoseconds rounded as
+    /// `super::time_ns` rounds them, and the byte after it; `None` for any other form (an
+    /// exponent, a string, bad JSON), which [`Scanner::opt_raw`] and `time_ns` then read. One
+    /// pass over the bytes, eight digits at a time, instead of a pass to find the number's end
+    /// and another to read it.
+    #[inline]
+    fn decimal_time(&self, i: usize) -> Option<(i64, usize)> {
+        let neg = self.at(i) == b'-';
+        let start = i + neg as usize;
+        let mut j = start;
+        let mut us: u64 = 0;
+        loop {
+            let Some(word) = self.b.get(j..j + 8) else {
+                // Near the window's end: a byte at a time.
+                while let c @ b'0'..=b'9' = self.at(j) {
+                    if j - start == 18 {
+                        return None;
+                    }
+                    us = us * 10 + u64::from(c - b'0');
+                    j += 1;
+                }
+                break;
+            };
+            let word = u64::from_le_bytes(word.try_into().ok()?);
+            let n = leading_digits(word);
+            if j - start + n > 18 {
+                return None;
+            }
+            if n == 8 {
+                us = us * POW10[8] + eight_digits(word);
+                j += 8;
+                continue;
+            }
+            if n > 0 {
+                us = us * POW10[n] + first_digits(word, n);
+                j += n;
+            }
+            break;
+        }
+        let digits = j - start;
+        if digits == 0 || (digits > 1 && self.b[start] == b'0') {
+            return None;
+        }
+        let mut frac = 0;
+        if self.at(j) == b'.' {
+            let from = j + 1;
+            let mut k = from;
+            while self.at(k).is_ascii_digit() {
+                k += 1;
+            }
+            if k == from {
+                return None;
+            }
+            frac = super::frac_ns(&self.b[from..k])?;
+            j = k;
+        }
+        if matches!(self.at(j), b'e' | b'E') {
+            return None;
+        }
+        let ns = (us as i64).checked_mul(1000)?.checked_add(frac)?;
+        Some((if neg { -ns } else { ns }, j))
+    }
+
+    /// A time field: its JSON text (as [`Scanner::opt_raw`] keeps it) and, where it has the
+    /// decimal form [`Scanner::decimal_time`] reads, its nanoseconds.
+    #[inline]
+    fn opt_time(&self, i: usize) -> Option<(Option<Raw<'a>>, Option<i64>, usize)> {
+        if matches!(self.at(i), b'-' | b'0'..=b'9') {
+            if let Some((ns, e)) = self.decimal_time(i) {
+                return Some((Some(Raw(&self.text[i..e])), Some(ns), e));
+            }
+        }
+        let (v, n) = self.opt_raw(i)?;
+        Some((v, None, n))
+    }
+
     /// The end of a number, by JSON's grammar.
     fn number_end(&self, i: usize) -> Option<usize> {
         let mut j = i + (self.at(i) == b'-') as usize;
@@ -640,12 +761,14 @@ impl<'a> Scanner<'a> {
                     e.id = v;
                     n
                 }),
-                TS => self.opt_raw(j).map(|(v, n)| {
+                TS => self.opt_time(j).map(|(v, ns, n)| {
                     e.ts = v;
+                    e.ts_ns = ns;
                     n
                 }),
-                DUR => self.opt_raw(j).map(|(v, n)| {
+                DUR => self.opt_time(j).map(|(v, ns, n)| {
                     e.dur = v;
+                    e.dur_ns = ns;
                     n
                 }),
                 _ if self.at(j) == b'n' => self.literal(j, b"null"),
@@ -715,7 +838,132 @@ impl<'a> Scanner<'a> {
 
 #[cfg(test)]
 mod tests {
-    use super::string_stops;
+    use super::*;
+
+    #[test]
+    fn digit_words_read_as_the_bytes_say() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..20_000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let mut w = [0u8; 8];
+            for (k, b) in w.iter_mut().enumerate() {
+                let r = (x >> (8 * k)) as u8;
+                // Mostly digits, some bytes just outside them and some anything.
+                *b = match r % 16 {
+                    0 => b'/',
+                    1 => b':',
+                    2 => r,
+                    _ => b'0' + r % 10,
+                };
+            }
+            let want = w.iter().take_while(|c| c.is_ascii_digit()).count();
+            let word = u64::from_le_bytes(w);
+            assert_eq!(leading_digits(word), want, "{w:?}");
+            let value = |n: usize| {
+                std::str::from_utf8(&w[..n])
+                    .unwrap()
+                    .parse::<u64>()
+                    .unwrap()
+            };
+            if want == 8 {
+                assert_eq!(eight_digits(word), value(8), "{w:?}");
+            }
+            for n in 1..want.min(7) + 1 {
+                assert_eq!(first_digits(word, n), value(n), "{w:?} {n}");
+            }
+        }
+    }
+
+    /// The one-pass time reads what the text would give `time_ns`, and ends where the JSON
+    /// number does; it declines the forms it leaves to the general path, and nothing else.
+    #[test]
+    fn decimal_times_match_time_ns() {
+        let mut texts: Vec<String> = Vec::new();
+        let mut x = 12345u64;
+        let mut next = || {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            x >> 33
+        };
+        for _ in 0..20_000 {
+            let int_len = 1 + next() as usize % 21;
+            let mut t = String::new();
+            if next() % 4 == 0 {
+                t.push('-');
+            }
+            for k in 0..int_len {
+                // A leading zero now and then.
+                let d = if k == 0 && next() % 8 != 0 {
+                    1 + next() % 9
+                } else {
+                    next() % 10
+                };
+                t.push(char::from(b'0' + d as u8));
+            }
+            match next() % 6 {
+                0 => {}
+                1 => t.push('.'),
+                _ => {
+                    t.push('.');
+                    for _ in 0..1 + next() % 7 {
+                        t.push(char::from(b'0' + (next() % 10) as u8));
+                    }
+                }
+            }
+            if next() % 10 == 0 {
+                t.push_str(["e3", "E-2", "e+1"][next() as usize % 3]);
+            }
+            texts.push(t);
+        }
+        texts.extend(
+            [
+                "0",
+                "-0",
+                "0.5",
+                "-",
+                "-.5",
+                "00",
+                "1.",
+                "999999999999999999",
+            ]
+            .map(String::from),
+        );
+        for t in &texts {
+            for tail in ["", ",", "}", " ", "x", "0123456789"] {
+                let doc = format!("{t}{tail}");
+                let s = Scanner::new(&doc);
+                let general = s.number_end(0).filter(|&e| !matches!(s.at(e), b'0'..=b'9'));
+                match s.decimal_time(0) {
+                    Some((ns, end)) => {
+                        assert_eq!(Some(end), general, "{doc:?}");
+                        assert_eq!(Some(ns), super::super::time_ns(Raw(&doc[..end])), "{doc:?}");
+                        assert!(!matches!(s.at(end), b'.' | b'e' | b'E'), "{doc:?}");
+                    }
+                    None => {
+                        // Declined: an exponent, a leading zero, over 18 integer digits, a
+                        // time too large for nanoseconds, or no number at all.
+                        let num = general.map(|e| &doc[..e]);
+                        let int = t
+                            .trim_start_matches('-')
+                            .split(['.', 'e', 'E'])
+                            .next()
+                            .unwrap();
+                        assert!(
+                            num.is_none_or(|n| n.contains(['e', 'E'])
+                                || int.len() > 18
+                                || (int.len() > 1 && int.starts_with('0'))
+                                || n.ends_with('.')
+                                || super::super::time_ns(Raw(n)).is_none()),
+                            "{doc:?} declined"
+                        );
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn string_stops_flag_the_first_quote_backslash_or_control_byte() {
