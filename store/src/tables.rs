@@ -489,27 +489,31 @@ impl<'f> TableCursor<'f> {
     /// An INTEGER value; `None` for NULL and any other storage class.
     pub fn int(&self, i: usize) -> Option<i64> {
         let (t, o) = self.slot(i)?;
-        let rec = self.rec();
-        let be = |n: usize| -> Option<i64> {
-            let b = rec.get(o..o + n)?;
-            // Big-endian two's complement of `n` bytes, sign-extended.
-            let mut v = (b[0] as i8) as i64;
-            for &x in &b[1..] {
-                v = (v << 8) | x as i64;
-            }
-            Some(v)
+        let n = match t {
+            1..=4 => t as usize,
+            5 => 6,
+            6 => 8,
+            8 => return Some(0),
+            9 => return Some(1),
+            _ => return None,
         };
-        match t {
-            1 => be(1),
-            2 => be(2),
-            3 => be(3),
-            4 => be(4),
-            5 => be(6),
-            6 => be(8),
-            8 => Some(0),
-            9 => Some(1),
-            _ => None,
+        let rec = self.rec();
+        let end = o + n;
+        let b = rec.get(end.checked_sub(8).unwrap_or(usize::MAX)..end);
+        if let Some(b) = b {
+            // The eight bytes that end with the value, read at once: the value is their low
+            // `n` bytes, sign-extended from its top bit.
+            let w = u64::from_be_bytes(b.try_into().ok()?);
+            let shift = 64 - 8 * n as u32;
+            return Some(((w << shift) as i64) >> shift);
         }
+        let b = rec.get(o..end)?;
+        // Big-endian two's complement of `n` bytes, sign-extended.
+        let mut v = (b[0] as i8) as i64;
+        for &x in &b[1..] {
+            v = (v << 8) | x as i64;
+        }
+        Some(v)
     }
 
     /// A REAL value; `None` for NULL and any other storage class.
@@ -574,7 +578,8 @@ mod tests {
                     1 => Some(i64::MIN + i),
                     2 => Some(1),
                     3 => Some(0),
-                    _ => Some(i * 1_000_003 - 2_000_000_000),
+                    // Every integer size, of both signs.
+                    _ => Some((i * 1_000_003 - 2_000_000_000) >> (i % 40)),
                 };
                 let s = match i % 5 {
                     0 => None,
