@@ -436,6 +436,21 @@ impl<'f> TableCursor<'f> {
 
     /// Each slot's serial type and where its value starts, for the first `width` columns.
     fn decode_header(&mut self) -> Option<()> {
+        /// Body bytes of each one-byte serial type (0x80 and up take a longer varint); 10 and
+        /// 11 are reserved, marked with `u32::MAX`.
+        const LEN: [u32; 128] = {
+            let mut len = [0u32; 128];
+            let mut t = 0;
+            while t < 128 {
+                len[t] = match t {
+                    0..=9 => [0, 1, 2, 3, 4, 6, 8, 8, 0, 0][t],
+                    10 | 11 => u32::MAX,
+                    _ => (t as u32 - 12) / 2,
+                };
+                t += 1;
+            }
+            len
+        };
         let (rec_at, width) = (self.rec_at, self.width);
         let file = self.file;
         let rec: &[u8] = match rec_at {
@@ -446,16 +461,28 @@ impl<'f> TableCursor<'f> {
         let header_len = usize::try_from(header_len).ok()?;
         let header = rec.get(..header_len)?;
         let mut body = header_len as u64;
-        for k in 0..width {
+        let slots = self
+            .types
+            .iter_mut()
+            .zip(self.offsets.iter_mut())
+            .take(width);
+        for (ty, off) in slots {
             let t = match header.get(h) {
                 None => {
                     // A record written before the column was added: NULL (no default).
-                    self.types[k] = NULL;
+                    *ty = NULL;
                     continue;
                 }
                 Some(&b) if b < 0x80 => {
                     h += 1;
-                    b as u64
+                    let len = LEN[b as usize];
+                    if len == u32::MAX {
+                        return None;
+                    }
+                    *ty = u32::from(b);
+                    *off = u32::try_from(body).ok()?;
+                    body += u64::from(len);
+                    continue;
                 }
                 Some(_) => {
                     let (t, n) = varint(&header[h..])?;
@@ -469,8 +496,8 @@ impl<'f> TableCursor<'f> {
                 10 | 11 => return None,
                 _ => (t - 12) / 2,
             };
-            self.types[k] = t;
-            self.offsets[k] = u32::try_from(body).ok()?;
+            *ty = t;
+            *off = u32::try_from(body).ok()?;
             body += u64::from(len);
         }
         (body <= rec.len() as u64 && h <= header_len).then_some(())
