@@ -86,13 +86,21 @@ struct Builder<'a> {
 }
 
 impl Builder<'_> {
-    fn child(&mut self, parent: u32, kind: OpNodeKind, name: u32, text: &str) -> u32 {
+    /// The child of `parent` for (`kind`, `name`), made where missing with the name `text`
+    /// gives (called only then: most lookups find the node).
+    fn child(
+        &mut self,
+        parent: u32,
+        kind: OpNodeKind,
+        name: u32,
+        text: impl FnOnce() -> String,
+    ) -> u32 {
         let next = self.nodes.len() as u32;
         let id = *self.index.entry((parent, kind, name)).or_insert(next);
         if id == next {
             self.nodes.push(OpNode {
                 kind,
-                name: text.to_string(),
+                name: text(),
                 self_ns: 0,
                 total_ns: 0,
                 records: 0,
@@ -116,12 +124,13 @@ impl Builder<'_> {
         }
         let (parent, name) = acc.modules.nodes[m as usize];
         let up = self.module(acc, parent);
-        let text = self
-            .names
-            .get(name)
-            .trim_start_matches("nn.Module: ")
-            .to_string();
-        let id = self.child(up, OpNodeKind::Module, name, &text);
+        let names = self.names;
+        let id = self.child(up, OpNodeKind::Module, name, || {
+            names
+                .get(name)
+                .trim_start_matches("nn.Module: ")
+                .to_string()
+        });
         self.module_node[m as usize] = id;
         id
     }
@@ -140,8 +149,10 @@ impl Builder<'_> {
             } else {
                 self.module(acc, acc.module_of[r as usize])
             };
-            let text = self.names.get(rec.name).to_string();
-            let id = self.child(up, OpNodeKind::Op, rec.name, &text);
+            let names = self.names;
+            let id = self.child(up, OpNodeKind::Op, rec.name, || {
+                names.get(rec.name).to_string()
+            });
             self.nodes[id as usize].instances += 1;
             id
         } else {
@@ -179,11 +190,15 @@ pub(crate) fn build(
     };
     for it in items {
         let up = if it.owner == NONE {
-            b.child(0, OpNodeKind::Outside, NONE, "(outside any range)")
+            b.child(0, OpNodeKind::Outside, NONE, || {
+                "(outside any range)".into()
+            })
         } else {
             b.range(tree, acc, it.owner)
         };
-        let k = b.child(up, OpNodeKind::Kernel, it.name, names.get(it.name));
+        let k = b.child(up, OpNodeKind::Kernel, it.name, || {
+            names.get(it.name).to_string()
+        });
         let node = &mut b.nodes[k as usize];
         node.class = Some(it.class);
         node.self_ns += it.dur_ns;
