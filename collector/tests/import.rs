@@ -409,7 +409,7 @@ fn nsys_rows_come_in_the_order_order_by_start_gives() {
                      * 1000000 FROM {K}) WHERE rowid > (SELECT max(rowid) / 2 FROM {K});"
             ),
         ),
-        // More runs than are worth merging.
+        // Two thousand runs of two rows that all overlap: every run joins the merge.
         (
             "many",
             format!("UPDATE {K} SET start = start + (rowid % 2) * 1000000000;"),

@@ -23,6 +23,13 @@ use crate::progress::Progress;
 /// Rows between two updates of the progress counters.
 const PROGRESS_EVERY: u64 = 4096;
 
+/// The most runs of a table in `start` order that are merged rather than sorted by SQLite: a
+/// run read from the pages is a cursor of a few hundred bytes that joins the merge only when
+/// the merge reaches it (an export's runs mostly follow one another), while a run read through
+/// SQL is a prepared statement of its own.
+const MAX_PAGE_RUNS: usize = 1 << 16;
+const MAX_SQL_RUNS: usize = 1024;
+
 /// The export schema majors this importer understands.
 pub const SUPPORTED_MAJOR: i64 = 3;
 
@@ -40,8 +47,9 @@ fn split_global_tid(g: i64) -> (i64, i64) {
 /// Statements whose rows, stepped side by side, make one query's rows: each row in turn of
 /// the statement whose row has the smallest integer in column `key`, the earlier statement's
 /// first on a tie (each statement's rows are in that order already). With `pages`, the rows
-/// are read from the table's pages instead, one cursor per statement (its rowid range), and a
-/// cursor that meets anything unexpected hands over to SQL from where it stopped.
+/// are read from the table's pages instead, one cursor per rowid range of `pages` (`sqls` may
+/// then be empty), and a cursor that meets anything unexpected hands over to SQL from where it
+/// stopped.
 struct Query {
     sqls: Vec<String>,
     key: usize,
@@ -336,6 +344,8 @@ impl<'p> Source<'p> {
         if let (Some(side), false) = (side, side_done) {
             self.rows_where(table, side.cols, side.tail, side.keep, side.f)?;
         }
+        let plan = runs.as_ref().and_then(|_| self.page_plan(table, cols));
+        let runs = runs.filter(|r| plan.is_some() || r.len() <= MAX_SQL_RUNS);
         let Some(runs) = runs else {
             return Ok(Some(Query::one(format!("{all} ORDER BY start"))));
         };
@@ -344,19 +354,22 @@ impl<'p> Source<'p> {
             .enumerate()
             .map(|(k, lo)| (Some(*lo), runs.get(k + 1).copied()))
             .collect();
-        let sqls = ranges.iter().map(|&r| range_sql(&all, r)).collect();
-        let pages = self
-            .page_plan(table, cols)
-            .map(|(leaves, places)| PagePlan {
-                all,
-                leaves,
-                cols: places,
-                ranges,
-            });
+        // A run read from the pages needs no statement of its own.
+        let sqls = match plan {
+            Some(_) => Vec::new(),
+            None => ranges.iter().map(|&r| range_sql(&all, r)).collect(),
+        };
+        let pages = plan.map(|(leaves, places)| PagePlan {
+            all,
+            leaves,
+            cols: places,
+            ranges,
+        });
         Ok(Some(Query { sqls, key, pages }))
     }
 
-    /// The first rowid of each run of rows in `start` order in `table`, read in rowid order;
+    /// The first rowid of each run of rows in `start` order in `table`, read in rowid order
+    /// (at most [`MAX_PAGE_RUNS`]);
     /// `None` when SQLite must sort the table (see [`Source::by_start`]). When the pages are
     /// read whole, `side`'s rows are handed to it on the way (the `bool`: whether they were).
     fn runs(
@@ -364,8 +377,6 @@ impl<'p> Source<'p> {
         table: &str,
         mut side: Option<&mut SidePass<'_>>,
     ) -> Result<(Option<Vec<i64>>, bool)> {
-        /// More runs than this are cheaper to sort than to merge.
-        const MAX_RUNS: usize = 1024;
         let mut runs = Vec::new();
         let mut last = i64::MIN;
         let mut sortable = true;
@@ -375,7 +386,7 @@ impl<'p> Source<'p> {
                 return false;
             };
             if runs.is_empty() || start < last {
-                if runs.len() == MAX_RUNS {
+                if runs.len() == MAX_PAGE_RUNS {
                     sortable = false;
                     return false;
                 }
@@ -496,15 +507,32 @@ impl<'p> Source<'p> {
                 Cursor::Sql(r) => r.int(i),
                 Cursor::Page { cursor, .. } => cursor.int(i),
             };
-            // The statement to step next, by (its row's key, its place in `sqls`).
-            let mut next = BinaryHeap::with_capacity(cursors.len());
+            // The statement to step next, by (its row's key, its place in `sqls`). A run joins
+            // the heap only once the merge reaches its first key: an export's runs mostly
+            // follow one another in time, so the heap holds one or two of them rather than all
+            // (each row's step then sifts through fewer levels), and the rows come out in the
+            // same order.
+            let mut waiting = Vec::with_capacity(cursors.len());
             for (k, c) in cursors.iter_mut().enumerate() {
                 if step_cursor(c, db, all).map_err(|e| bad(&e))? {
-                    next.push(Reverse((int(c, key), k)));
+                    waiting.push((int(c, key), k));
                 }
             }
+            // Last to join first.
+            waiting.sort_unstable_by(|a, b| b.cmp(a));
+            let mut next = BinaryHeap::with_capacity(cursors.len());
             let mut n = 0;
-            while let Some(mut top) = next.peek_mut() {
+            loop {
+                while let Some(&w) = waiting.last() {
+                    if next.peek().is_some_and(|Reverse(top)| *top < w) {
+                        break;
+                    }
+                    next.push(Reverse(w));
+                    waiting.pop();
+                }
+                let Some(mut top) = next.peek_mut() else {
+                    break;
+                };
                 let k = top.0 .1;
                 row(&cursors[k], &mut f)?;
                 n += 1;
