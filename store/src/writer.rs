@@ -749,26 +749,12 @@ impl PidsByCorrelation {
         }
         let mut late: Vec<(i64, i64)> = self.unordered.drain().collect();
         late.sort_unstable();
-        let ordered = std::mem::take(&mut self.ordered);
-        let mut merged = Vec::with_capacity(ordered.len() + late.len());
-        let (mut a, mut b) = (ordered.into_iter().peekable(), late.into_iter().peekable());
-        loop {
-            let next = match (a.peek(), b.peek()) {
-                (Some(x), Some(y)) if x.0 == y.0 => {
-                    let pid = x.1.min(y.1);
-                    let id = x.0;
-                    a.next();
-                    b.next();
-                    (id, pid)
-                }
-                (Some(x), Some(y)) => if x.0 < y.0 { a.next() } else { b.next() }.expect("peeked"),
-                (Some(_), None) => a.next().expect("peeked"),
-                (None, Some(_)) => b.next().expect("peeked"),
-                (None, None) => break,
-            };
-            merged.push(next);
-        }
-        self.ordered = merged;
+        // Two sorted runs: the stable sort finds them and merges them in one pass.
+        self.ordered.append(&mut late);
+        self.ordered.sort();
+        // An id in both keeps its smaller pid (the earlier of two equal ids has it, as the
+        // pair sorts by pid next).
+        self.ordered.dedup_by_key(|e| e.0);
     }
 
     /// The pid of id `c`; `near` is where the last lookup ended in `ordered`, moved to where
