@@ -211,6 +211,19 @@ const KERNELS: Table = Table {
     ],
 };
 
+const FLOWS: Table = Table {
+    name: "flows",
+    columns: &[
+        "id",
+        "category_id",
+        "flow_id",
+        "phase",
+        "ts_ns",
+        "pid",
+        "tid",
+    ],
+};
+
 /// The first start and the last end of a run's records.
 const SPAN_SQL: &str = "SELECT min(s), max(e) FROM ( \
      SELECT min(start_ns) s, max(end_ns) e FROM kernels \
@@ -636,66 +649,148 @@ impl Store {
         Ok(())
     }
 
-    /// Every kernel, in the order they were written.
+    /// Every kernel, in the order they were written (read from the pages, as the lean scans
+    /// are, SQL taking over at the first row they cannot decode).
     pub fn for_each_kernel(&mut self, mut f: impl FnMut(Kernel)) -> Result<()> {
-        self.scan(
-            &format!("SELECT {KERNEL_ROW_COLUMNS} FROM kernels ORDER BY id"),
-            |s| f(kernel_row(s, 0)),
+        self.lean_scan(
+            &KERNELS,
+            &format!("SELECT {KERNEL_ROW_COLUMNS} FROM kernels WHERE id >= ?1 ORDER BY id"),
+            |r: &Record<'_, 19>| {
+                // As `kernel_row` reads them: a triple with a NULL is no triple.
+                let triple = |i: usize| -> Option<Option<[i64; 3]>> {
+                    Some(
+                        match (r.opt_i64(i)?, r.opt_i64(i + 1)?, r.opt_i64(i + 2)?) {
+                            (Some(x), Some(y), Some(z)) => Some([x, y, z]),
+                            _ => None,
+                        },
+                    )
+                };
+                Some(Kernel {
+                    start_ns: r.i64(1)?,
+                    end_ns: r.i64(2)?,
+                    device_id: r.i64(3)?,
+                    stream_id: r.i64(4)?,
+                    pid: r.opt_i64(5)?,
+                    correlation_id: r.opt_i64(6)?,
+                    external_id: r.opt_i64(7)?,
+                    name: StrId(r.i64(8)?),
+                    grid: triple(9)?,
+                    block: triple(12)?,
+                    registers_per_thread: r.opt_i64(15)?,
+                    static_smem_bytes: r.opt_i64(16)?,
+                    dynamic_smem_bytes: r.opt_i64(17)?,
+                    graph_id: r.opt_i64(18)?,
+                })
+            },
+            |s| kernel_row(s, 0),
+            |k| f(k.clone()),
         )
     }
 
     /// Every memcpy and memset, in the order they were written.
     pub fn for_each_memop(&mut self, mut f: impl FnMut(Memop)) -> Result<()> {
-        self.scan(
+        // Text read as SQL gives it: invalid UTF-8 as no text.
+        fn text(b: &[u8]) -> Option<&str> {
+            std::str::from_utf8(b).ok()
+        }
+        let kind = |t: Option<&str>| t.and_then(MemopKind::parse).unwrap_or(MemopKind::Memcpy);
+        self.lean_scan(
+            &MEMOPS,
             "SELECT kind, start_ns, end_ns, device_id, stream_id, pid, correlation_id, \
-             external_id, bytes, copy_kind, value FROM memops ORDER BY id",
-            |s| {
-                f(Memop {
-                    kind: s
-                        .col_text(0)
-                        .and_then(MemopKind::parse)
-                        .unwrap_or(MemopKind::Memcpy),
-                    start_ns: s.col_i64(1),
-                    end_ns: s.col_i64(2),
-                    device_id: s.col_i64(3),
-                    stream_id: s.col_i64(4),
-                    pid: s.col_opt_i64(5),
-                    correlation_id: s.col_opt_i64(6),
-                    external_id: s.col_opt_i64(7),
-                    bytes: s.col_opt_i64(8),
-                    copy_kind: s.col_text(9).map(CopyKind::parse),
-                    value: s.col_opt_i64(10),
+             external_id, bytes, copy_kind, value FROM memops WHERE id >= ?1 ORDER BY id",
+            |r: &Record<'_, 12>| {
+                Some(Memop {
+                    kind: kind(r.opt_bytes(1)?.and_then(text)),
+                    start_ns: r.i64(2)?,
+                    end_ns: r.i64(3)?,
+                    device_id: r.i64(4)?,
+                    stream_id: r.i64(5)?,
+                    pid: r.opt_i64(6)?,
+                    correlation_id: r.opt_i64(7)?,
+                    external_id: r.opt_i64(8)?,
+                    bytes: r.opt_i64(9)?,
+                    copy_kind: r.opt_bytes(10)?.and_then(text).map(CopyKind::parse),
+                    value: r.opt_i64(11)?,
                 })
             },
+            |s| Memop {
+                kind: kind(s.col_text(0)),
+                start_ns: s.col_i64(1),
+                end_ns: s.col_i64(2),
+                device_id: s.col_i64(3),
+                stream_id: s.col_i64(4),
+                pid: s.col_opt_i64(5),
+                correlation_id: s.col_opt_i64(6),
+                external_id: s.col_opt_i64(7),
+                bytes: s.col_opt_i64(8),
+                copy_kind: s.col_text(9).map(CopyKind::parse),
+                value: s.col_opt_i64(10),
+            },
+            |m| f(m.clone()),
         )
     }
 
     /// Every CUDA API call, in the order they were written.
     pub fn for_each_api_call(&mut self, mut f: impl FnMut(ApiCall)) -> Result<()> {
-        self.scan(
+        let api = |t: Option<&str>| t.and_then(Api::parse).unwrap_or(Api::Runtime);
+        self.lean_scan(
+            &API_CALLS,
             "SELECT api, start_ns, end_ns, pid, tid, correlation_id, external_id, name_id, \
-             return_code FROM api_calls ORDER BY id",
-            |s| {
-                f(ApiCall {
-                    api: s.col_text(0).and_then(Api::parse).unwrap_or(Api::Runtime),
-                    start_ns: s.col_i64(1),
-                    end_ns: s.col_i64(2),
-                    pid: s.col_i64(3),
-                    tid: s.col_i64(4),
-                    correlation_id: s.col_opt_i64(5),
-                    external_id: s.col_opt_i64(6),
-                    name: StrId(s.col_i64(7)),
-                    return_code: s.col_opt_i64(8),
+             return_code FROM api_calls WHERE id >= ?1 ORDER BY id",
+            |r: &Record<'_, 10>| {
+                Some(ApiCall {
+                    api: api(r.opt_bytes(1)?.and_then(|b| std::str::from_utf8(b).ok())),
+                    start_ns: r.i64(2)?,
+                    end_ns: r.i64(3)?,
+                    pid: r.i64(4)?,
+                    tid: r.i64(5)?,
+                    correlation_id: r.opt_i64(6)?,
+                    external_id: r.opt_i64(7)?,
+                    name: StrId(r.i64(8)?),
+                    return_code: r.opt_i64(9)?,
                 })
             },
+            |s| ApiCall {
+                api: api(s.col_text(0)),
+                start_ns: s.col_i64(1),
+                end_ns: s.col_i64(2),
+                pid: s.col_i64(3),
+                tid: s.col_i64(4),
+                correlation_id: s.col_opt_i64(5),
+                external_id: s.col_opt_i64(6),
+                name: StrId(s.col_i64(7)),
+                return_code: s.col_opt_i64(8),
+            },
+            |a| f(a.clone()),
         )
     }
 
     /// Every range and mark, in the order they were written.
     pub fn for_each_range(&mut self, mut f: impl FnMut(Range)) -> Result<()> {
-        self.scan(
-            &format!("SELECT {RANGE_ROW_COLUMNS} FROM ranges ORDER BY id"),
-            |s| f(range_row(s)),
+        self.lean_scan(
+            &RANGES,
+            &format!("SELECT {RANGE_ROW_COLUMNS} FROM ranges WHERE id >= ?1 ORDER BY id"),
+            |r: &Record<'_, 16>| {
+                Some(Range {
+                    kind: range_kind(r.bytes(1)?),
+                    start_ns: r.i64(2)?,
+                    end_ns: r.opt_i64(3)?,
+                    pid: r.i64(4)?,
+                    tid: r.i64(5)?,
+                    end_tid: r.opt_i64(6)?,
+                    domain: r.opt_i64(7)?.map(StrId),
+                    name: StrId(r.i64(8)?),
+                    category: r.opt_i64(9)?.map(StrId),
+                    color: r.opt_i64(10)?,
+                    depth: r.opt_i64(11)?,
+                    external_id: r.opt_i64(12)?,
+                    correlation_id: r.opt_i64(13)?,
+                    input_dims: r.opt_i64(14)?.map(StrId),
+                    input_types: r.opt_i64(15)?.map(StrId),
+                })
+            },
+            range_row,
+            |r| f(r.clone()),
         )
     }
 
@@ -900,21 +995,30 @@ impl Store {
 
     /// Every flow end, in the order they were written.
     pub fn for_each_flow(&mut self, mut f: impl FnMut(Flow)) -> Result<()> {
-        self.scan(
-            "SELECT category_id, flow_id, phase, ts_ns, pid, tid FROM flows ORDER BY id",
-            |s| {
-                f(Flow {
-                    category: StrId(s.col_i64(0)),
-                    flow_id: s.col_i64(1),
-                    phase: s
-                        .col_text(2)
-                        .and_then(FlowPhase::parse)
-                        .unwrap_or(FlowPhase::Start),
-                    ts_ns: s.col_i64(3),
-                    pid: s.col_i64(4),
-                    tid: s.col_i64(5),
+        let phase = |t: Option<&str>| t.and_then(FlowPhase::parse).unwrap_or(FlowPhase::Start);
+        self.lean_scan(
+            &FLOWS,
+            "SELECT category_id, flow_id, phase, ts_ns, pid, tid FROM flows WHERE id >= ?1 \
+             ORDER BY id",
+            |r: &Record<'_, 7>| {
+                Some(Flow {
+                    category: StrId(r.i64(1)?),
+                    flow_id: r.i64(2)?,
+                    phase: phase(r.opt_bytes(3)?.and_then(|b| std::str::from_utf8(b).ok())),
+                    ts_ns: r.i64(4)?,
+                    pid: r.i64(5)?,
+                    tid: r.i64(6)?,
                 })
             },
+            |s| Flow {
+                category: StrId(s.col_i64(0)),
+                flow_id: s.col_i64(1),
+                phase: phase(s.col_text(2)),
+                ts_ns: s.col_i64(3),
+                pid: s.col_i64(4),
+                tid: s.col_i64(5),
+            },
+            |fl| f(fl.clone()),
         )
     }
 }
@@ -1012,6 +1116,15 @@ mod tests {
                     opt(i % 12).map(CopyKind::from_cupti)
                 },
                 value: if memset { opt(0) } else { None },
+            })
+            .unwrap();
+            w.flow(Flow {
+                category: names[i as usize % 7],
+                flow_id: i / 2,
+                phase: [FlowPhase::Start, FlowPhase::Step, FlowPhase::Finish][i as usize % 3],
+                ts_ns: t + 15,
+                pid: 1 + i % 2,
+                tid: 10 + i % 3,
             })
             .unwrap();
         }
@@ -1180,12 +1293,37 @@ mod tests {
         }
     }
 
-    /// The lean scans with page reading on and off, which must give the same rows; returns how
-    /// the page scans read theirs.
+    /// Every row of the five bulk tables through the full scans, as text, and how each scan
+    /// read its rows.
+    fn full_rows(s: &mut Store) -> (Vec<String>, [PagesAndSql; 5]) {
+        let mut rows = Vec::new();
+        s.for_each_range(|r| rows.push(format!("{r:?}"))).unwrap();
+        let r = s.last_lean_scan;
+        s.for_each_api_call(|a| rows.push(format!("{a:?}")))
+            .unwrap();
+        let a = s.last_lean_scan;
+        s.for_each_kernel(|k| rows.push(format!("{k:?}"))).unwrap();
+        let k = s.last_lean_scan;
+        s.for_each_memop(|m| rows.push(format!("{m:?}"))).unwrap();
+        let m = s.last_lean_scan;
+        s.for_each_flow(|f| rows.push(format!("{f:?}"))).unwrap();
+        (rows, [r, a, k, m, s.last_lean_scan])
+    }
+
+    /// The lean scans with page reading on and off, which must give the same rows, as must the
+    /// full scans; returns how the lean page scans read theirs.
     fn pages_agree_with_sql(path: &Path) -> [PagesAndSql; 4] {
         let mut s = Store::open(path).unwrap();
         let pages = lean_rows(&mut s);
+        let (full_pages, full_read) = full_rows(&mut s);
         s.set_page_scans(false);
+        let (full_sql, full_sql_read) = full_rows(&mut s);
+        assert!(full_sql_read.iter().all(|r| r.pages == 0 && r.sql > 0));
+        assert_eq!(
+            full_read.map(|r| r.pages + r.sql),
+            full_sql_read.map(|r| r.sql)
+        );
+        assert_eq!(full_pages, full_sql);
         let sql = lean_rows(&mut s);
         assert!(sql.read.iter().all(|r| r.pages == 0 && r.sql > 0));
         assert_eq!(pages.ranges, sql.ranges);
@@ -1209,6 +1347,9 @@ mod tests {
         // Enough rows for b-trees three levels deep.
         varied_run(&path, 40_000);
         assert_eq!(pages_agree_with_sql(&path), [all_pages(40_000); 4]);
+        let (rows, read) = full_rows(&mut Store::open(&path).unwrap());
+        assert_eq!(rows.len(), 5 * 40_000);
+        assert_eq!(read, [all_pages(40_000); 5]);
     }
 
     #[test]
