@@ -10,6 +10,7 @@
 //! already holds several ranks (an nsys export or a `collect` of a torchrun job) and publishes
 //! it. Either way the run appears under its final name only when complete.
 
+use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
@@ -353,17 +354,6 @@ struct Merge {
     device_rank: Vec<(i64, i64, i64)>,
 }
 
-/// Every process id a run uses: named processes, threads, and the pids of its rows (GPU-side
-/// ranges carry a device there instead).
-const PIDS_SQL: &str = "SELECT pid FROM processes UNION SELECT pid FROM threads \
-     UNION SELECT pid FROM api_calls UNION SELECT pid FROM flows \
-     UNION SELECT pid FROM ranges WHERE kind NOT IN ('gpu_user_annotation', 'cuda_sync') \
-     UNION SELECT pid FROM kernels WHERE pid IS NOT NULL \
-     UNION SELECT pid FROM memops WHERE pid IS NOT NULL";
-/// Every GPU id a run uses.
-const DEVICES_SQL: &str = "SELECT device_id FROM kernels UNION SELECT device_id FROM memops \
-     UNION SELECT pid FROM ranges WHERE kind IN ('gpu_user_annotation', 'cuda_sync')";
-
 impl Merge {
     /// Copies the `i`-th part (rank `part.info.rank`) into `w`.
     fn part(&mut self, w: &mut Writer, i: usize, part: &MergePart) -> Result<()> {
@@ -386,38 +376,30 @@ impl Merge {
                 })
         };
 
-        // Processes (pid namespace) and GPUs (device namespace).
-        let mut pids = Vec::new();
-        src.query(PIDS_SQL, &[], |q| pids.push(q.col_i64(0)))?;
-        let mut pmap: HashMap<i64, i64> = HashMap::with_capacity(pids.len());
-        for &old in &pids {
-            let new = fresh_id(old, rank, RANK_PID_STRIDE, &self.pids_taken).ok_or_else(|| {
-                Error::Sqlite(format!("rank {rank}: no free process id for pid {old}"))
-            })?;
-            if new != old {
-                self.report.pids_renumbered.push((rank, old, new));
-            }
-            self.process_rank.push((new, rank));
-            pmap.insert(old, new);
-        }
-        self.pids_taken.extend(pmap.values().copied());
-        let mut devs = Vec::new();
-        src.query(DEVICES_SQL, &[], |q| devs.push(q.col_i64(0)))?;
-        let mut dmap: HashMap<i64, i64> = HashMap::with_capacity(devs.len());
-        for &old in &devs {
-            let new =
-                fresh_id(old, rank, RANK_DEVICE_STRIDE, &self.devices_taken).ok_or_else(|| {
-                    Error::Sqlite(format!("rank {rank}: no free GPU id for device {old}"))
-                })?;
-            if new != old {
-                self.report.devices_renumbered.push((rank, old, new));
-            }
-            self.device_rank.push((new, rank, old));
-            dmap.insert(old, new);
-        }
-        self.devices_taken.extend(dmap.values().copied());
-        let p = |pid: i64| pmap.get(&pid).copied().unwrap_or(pid);
-        let d = |dev: i64| dmap.get(&dev).copied().unwrap_or(dev);
+        // Processes (pid namespace) and GPUs (device namespace): each id the rank uses gets
+        // its id in the run at first sight, while the rows are copied. An id's new value
+        // depends only on the earlier ranks' ids, so the order of first sight does not matter.
+        let pmap: RefCell<HashMap<i64, i64>> = RefCell::default();
+        let dmap: RefCell<HashMap<i64, i64>> = RefCell::default();
+        let unmapped: RefCell<Option<Error>> = RefCell::default();
+        let map = |ids: &RefCell<HashMap<i64, i64>>,
+                   old: i64,
+                   stride: i64,
+                   taken: &HashSet<i64>,
+                   what: &str| {
+            *ids.borrow_mut().entry(old).or_insert_with(|| {
+                fresh_id(old, rank, stride, taken).unwrap_or_else(|| {
+                    unmapped.borrow_mut().get_or_insert_with(|| {
+                        Error::Sqlite(format!("rank {rank}: no free {what} for {old}"))
+                    });
+                    old
+                })
+            })
+        };
+        let pids_taken = &self.pids_taken;
+        let devices_taken = &self.devices_taken;
+        let p = |pid: i64| map(&pmap, pid, RANK_PID_STRIDE, pids_taken, "process id");
+        let d = |dev: i64| map(&dmap, dev, RANK_DEVICE_STRIDE, devices_taken, "GPU id");
 
         let off = part.info.clock_offset_ns;
         let link = if i == 0 {
@@ -508,14 +490,31 @@ impl Merge {
         for (pid, name) in src.processes()? {
             w.process(p(pid), name.as_deref());
         }
-        for &new in pmap.values() {
+        if let Some(e) = unmapped.take() {
+            return Err(e);
+        }
+        let mut pids: Vec<(i64, i64)> = pmap.take().into_iter().collect();
+        pids.sort_unstable();
+        for &(old, new) in &pids {
+            if new != old {
+                self.report.pids_renumbered.push((rank, old, new));
+            }
+            self.process_rank.push((new, rank));
+            self.pids_taken.insert(new);
             w.process(new, None);
         }
+        let mut devs: Vec<(i64, i64)> = dmap.take().into_iter().collect();
+        devs.sort_unstable();
         let mut devices: HashMap<i64, Device> =
             src.devices()?.into_iter().map(|d| (d.id, d)).collect();
-        for &old in &devs {
+        for &(old, new) in &devs {
+            if new != old {
+                self.report.devices_renumbered.push((rank, old, new));
+            }
+            self.device_rank.push((new, rank, old));
+            self.devices_taken.insert(new);
             let dev = devices.remove(&old).unwrap_or_default();
-            w.device(Device { id: d(old), ..dev });
+            w.device(Device { id: new, ..dev });
         }
         if i == 0 {
             for (key, value) in src.meta()? {
