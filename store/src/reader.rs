@@ -560,14 +560,6 @@ impl Store {
             .collect())
     }
 
-    /// The first start and the last end of the run's records (kernels, copies, API calls,
-    /// ranges): [`Info`]'s `first_ns` and `last_ns` without the rest of [`Store::info`].
-    pub fn span(&mut self) -> Result<(Option<i64>, Option<i64>)> {
-        Ok(self
-            .rt
-            .block_on(sqlx::query_as(SPAN_SQL).fetch_one(&mut self.conn))?)
-    }
-
     pub fn info(&mut self) -> Result<Info> {
         let run = self.run()?;
         let meta = self.meta()?;
@@ -1030,7 +1022,7 @@ mod tests {
 
     /// A run whose rows mix every range kind, NULL and non-NULL values in every nullable column
     /// the lean scans read, and API calls with and without correlation ids.
-    fn varied_run(path: &Path, rows: i64) {
+    fn varied_run(path: &Path, rows: i64) -> crate::Counts {
         let mut w = Writer::create(path, CreateOptions::default()).unwrap();
         let names: Vec<StrId> = (0..7).map(|i| w.intern(&format!("name {i}"))).collect();
         // A small deterministic generator: each row's choices differ, no two runs differ.
@@ -1132,7 +1124,21 @@ mod tests {
             source_format: "cupti".into(),
             ..Default::default()
         })
-        .unwrap();
+        .unwrap()
+    }
+
+    /// The writer's span of the rows it took is the run's, as `info` reads it through SQL.
+    #[test]
+    fn the_writers_span_is_the_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.sqlite");
+        let counts = varied_run(&path, 3_000);
+        let info = Store::open(&path).unwrap().info().unwrap();
+        assert!(counts.first_ns.is_some());
+        assert_eq!(
+            (counts.first_ns, counts.last_ns),
+            (info.first_ns, info.last_ns)
+        );
     }
 
     #[test]

@@ -30,7 +30,7 @@ const BATCH_RECORDS: usize = 16 * 1024;
 pub(crate) const RESERVED_META: [&str; 2] = ["format", "schema_version"];
 const CHANNEL_BATCHES: usize = 4;
 
-/// How many records of each kind a writer took.
+/// How many records of each kind a writer took, and when they lie.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Counts {
     pub kernels: u64,
@@ -40,6 +40,10 @@ pub struct Counts {
     pub ranges: u64,
     pub flows: u64,
     pub strings: u64,
+    /// The first start and the last end of the kernels, copies, API calls and ranges (a range
+    /// without an end counts its start), as [`crate::Store::info`] gives them for the run.
+    pub first_ns: Option<i64>,
+    pub last_ns: Option<i64>,
 }
 
 impl Counts {
@@ -215,8 +219,17 @@ impl Writer {
         id
     }
 
+    /// Widens the span of the records taken to `start..end`.
+    #[inline]
+    fn span(&mut self, start: i64, end: i64) {
+        let c = &mut self.counts;
+        c.first_ns = Some(c.first_ns.map_or(start, |f| f.min(start)));
+        c.last_ns = Some(c.last_ns.map_or(end, |l| l.max(end)));
+    }
+
     pub fn kernel(&mut self, k: Kernel) -> Result<()> {
         self.counts.kernels += 1;
+        self.span(k.start_ns, k.end_ns);
         self.batch.kernels.push(k);
         self.maybe_flush()
     }
@@ -226,18 +239,21 @@ impl Writer {
             MemopKind::Memcpy => self.counts.memcpys += 1,
             MemopKind::Memset => self.counts.memsets += 1,
         }
+        self.span(m.start_ns, m.end_ns);
         self.batch.memops.push(m);
         self.maybe_flush()
     }
 
     pub fn api_call(&mut self, a: ApiCall) -> Result<()> {
         self.counts.api_calls += 1;
+        self.span(a.start_ns, a.end_ns);
         self.batch.api_calls.push(a);
         self.maybe_flush()
     }
 
     pub fn range(&mut self, r: Range) -> Result<()> {
         self.counts.ranges += 1;
+        self.span(r.start_ns, r.end_ns.unwrap_or(r.start_ns));
         self.batch.ranges.push(r);
         self.maybe_flush()
     }

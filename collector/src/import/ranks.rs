@@ -156,7 +156,7 @@ fn load(input: &Path, part: &Path, report: ImportReport, nsys: bool) -> Result<L
                 }),
             }
         };
-    let (first_ns, last_ns) = store.span()?;
+    let (first_ns, last_ns) = (report.counts.first_ns, report.counts.last_ns);
     let strings = store.strings()?;
     let mut collectives = Vec::new();
     let mut names: Vec<String> = Vec::new();
