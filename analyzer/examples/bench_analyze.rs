@@ -193,7 +193,14 @@ fn synthesize(src: &Path, out: &Path, kernels: u64) {
         .unwrap_or(0)
         + 1;
     let copies = kernels.div_ceil(ks.len() as u64);
-    let mut w = Writer::create(out, CreateOptions { overwrite: true }).unwrap();
+    let mut w = Writer::create(
+        out,
+        CreateOptions {
+            overwrite: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let ids: Vec<fuseprof_store::StrId> = (1..=strings.len() as i64)
         .map(|i| w.intern(strings.get(fuseprof_store::StrId(i))))
         .collect();

@@ -327,7 +327,13 @@ pub fn merge_ranks(
     // Fail early, naming the output, if its folder cannot be written.
     std::fs::File::create(&tmp).map_err(|e| io_error(output, e))?;
     let mut guard = Removal(Some(tmp.clone()));
-    let mut w = Writer::create(&tmp, CreateOptions { overwrite: true })?;
+    let mut w = Writer::create(
+        &tmp,
+        CreateOptions {
+            overwrite: true,
+            ..Default::default()
+        },
+    )?;
     let mut m = Merge::default();
     for (i, part) in parts.iter().enumerate() {
         m.part(&mut w, i, part)?;

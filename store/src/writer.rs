@@ -105,6 +105,9 @@ enum Msg {
 pub struct CreateOptions {
     /// Replace an existing file at the path instead of failing.
     pub overwrite: bool,
+    /// Leave out the indexes of the event tables: for a run only ever read in row order (a
+    /// rank's run before the ranks are merged), which then skips sorting and writing them.
+    pub unindexed: bool,
 }
 
 /// Writes one run into a new store file.
@@ -176,7 +179,7 @@ impl Writer {
         let thread_path = tmp_path.clone();
         let thread = std::thread::Builder::new()
             .name("fuseprof-store-writer".into())
-            .spawn(move || writer_thread(&thread_path, rx, spare_tx, ready_tx))
+            .spawn(move || writer_thread(&thread_path, options, rx, spare_tx, ready_tx))
             .map_err(|source| Error::Io {
                 path: path.into(),
                 error: source,
@@ -433,6 +436,7 @@ impl Drop for Writer {
 
 fn writer_thread(
     path: &Path,
+    options: CreateOptions,
     rx: Receiver<Msg>,
     spare: SyncSender<Batch>,
     ready: SyncSender<Result<()>>,
@@ -444,7 +448,7 @@ fn writer_thread(
             error: source,
         })?;
     rt.block_on(async move {
-        let mut bulk = match open_for_writing(path).await {
+        let mut bulk = match open_for_writing(path, options.unindexed).await {
             Ok(b) => {
                 let _ = ready.send(Ok(()));
                 b
@@ -612,11 +616,19 @@ const BULK_INDEXES: [(&str, &str); 8] = [
     ),
 ];
 
-/// Creates the file with the whole schema through SQLite (every table and index empty), then
-/// hands it to the bulk loader, after checking that the schema is the one it writes.
-async fn open_for_writing(path: &Path) -> Result<Bulk> {
+/// Creates the file with the whole schema through SQLite (every table and index empty, the
+/// event tables' indexes dropped when `unindexed`), then hands it to the bulk loader, after
+/// checking that the schema is the one it writes.
+async fn open_for_writing(path: &Path, unindexed: bool) -> Result<Bulk> {
     let mut conn = connect(path).await?;
     sqlx::migrate!("./migrations").run(&mut conn).await?;
+    if unindexed {
+        for (name, _) in BULK_INDEXES {
+            sqlx::query(sqlx::AssertSqlSafe(format!("DROP INDEX {name}")))
+                .execute(&mut conn)
+                .await?;
+        }
+    }
     let mut roots = BTreeMap::new();
     let rows: Vec<(String, String, String, i64, Option<String>)> =
         sqlx::query_as("SELECT type, name, tbl_name, rootpage, sql FROM sqlite_schema")
@@ -700,6 +712,8 @@ async fn open_for_writing(path: &Path) -> Result<Bulk> {
             .copied()
             .ok_or_else(|| mismatch(format!("no {name}")))
     };
+    // A dropped index is a tree that takes no entries.
+    let index_root = |name: &str| if unindexed { Ok(0) } else { root(name) };
     Ok(Bulk {
         strings: TableTree::new(geo, root("strings")?),
         kernels: TableTree::new(geo, root("kernels")?),
@@ -707,14 +721,14 @@ async fn open_for_writing(path: &Path) -> Result<Bulk> {
         api_calls: TableTree::new(geo, root("api_calls")?),
         ranges: TableTree::new(geo, root("ranges")?),
         flows: TableTree::new(geo, root("flows")?),
-        kernels_by_stream_time: IndexTree::new(root("kernels_by_stream_time")?),
-        kernels_by_correlation: IndexTree::new(root("kernels_by_correlation")?),
-        memops_by_stream_time: IndexTree::new(root("memops_by_stream_time")?),
-        memops_by_correlation: IndexTree::new(root("memops_by_correlation")?),
-        api_calls_by_correlation: IndexTree::new(root("api_calls_by_correlation")?),
-        api_calls_by_thread_time: IndexTree::new(root("api_calls_by_thread_time")?),
-        ranges_by_thread_time: IndexTree::new(root("ranges_by_thread_time")?),
-        ranges_by_external: IndexTree::new(root("ranges_by_external")?),
+        kernels_by_stream_time: IndexTree::new(index_root("kernels_by_stream_time")?),
+        kernels_by_correlation: IndexTree::new(index_root("kernels_by_correlation")?),
+        memops_by_stream_time: IndexTree::new(index_root("memops_by_stream_time")?),
+        memops_by_correlation: IndexTree::new(index_root("memops_by_correlation")?),
+        api_calls_by_correlation: IndexTree::new(index_root("api_calls_by_correlation")?),
+        api_calls_by_thread_time: IndexTree::new(index_root("api_calls_by_thread_time")?),
+        ranges_by_thread_time: IndexTree::new(index_root("ranges_by_thread_time")?),
+        ranges_by_external: IndexTree::new(index_root("ranges_by_external")?),
         file: PageFile::new(file, geo),
         rec: Record::default(),
         link: None,

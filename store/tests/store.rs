@@ -560,3 +560,83 @@ fn records_of_one_device_merge_and_an_unknown_field_keeps_what_another_said() {
     assert_eq!(devices[1], full);
     assert_eq!(devices[0].sm_count, Some(132));
 }
+
+/// A run written without the event tables' indexes (a rank's run before the merge) is a sound
+/// SQLite file with the same rows as one written with them, and none of those indexes.
+#[test]
+fn an_unindexed_run_has_the_rows_and_no_event_indexes() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, unindexed: bool| {
+        let path = dir.path().join(name);
+        let options = CreateOptions {
+            unindexed,
+            ..Default::default()
+        };
+        let mut w = Writer::create(&path, options).unwrap();
+        w.link_gpu_pids(true);
+        for i in 0..20_000i64 {
+            let mut k = kernel(&mut w, &format!("k{}", i % 37), i * 10);
+            k.pid = (i % 3 == 0).then_some(7);
+            w.kernel(k).unwrap();
+            let name = w.intern("cudaLaunchKernel");
+            w.api_call(ApiCall {
+                api: Api::Runtime,
+                start_ns: i * 10 - 5,
+                end_ns: i * 10 - 1,
+                pid: 5 + i % 2,
+                tid: 1,
+                correlation_id: Some(i * 10),
+                external_id: None,
+                name,
+                return_code: None,
+            })
+            .unwrap();
+            let op = w.intern("aten::mm");
+            let mut r = Range::new(RangeKind::CpuOp, op, 5, 1, i * 10 - 8);
+            r.end_ns = Some(i * 10);
+            r.external_id = (i % 2 == 0).then_some(i);
+            w.range(r).unwrap();
+        }
+        let counts = w.finish(RunInfo::default()).unwrap();
+        (path, counts)
+    };
+    let (indexed, with) = write("indexed.sqlite", false);
+    let (unindexed, without) = write("unindexed.sqlite", true);
+    assert_eq!(with, without);
+    let rows = |path: &Path| {
+        let mut s = Store::open(path).unwrap();
+        let mut rows = Vec::new();
+        s.for_each_kernel(|k| rows.push(format!("{k:?}"))).unwrap();
+        s.for_each_api_call(|a| rows.push(format!("{a:?}")))
+            .unwrap();
+        s.for_each_range(|r| rows.push(format!("{r:?}"))).unwrap();
+        rows
+    };
+    assert_eq!(rows(&indexed), rows(&unindexed));
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let (check, indexes) = rt.block_on(async {
+        use sqlx::{ConnectOptions, Connection};
+        let mut c = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(&unindexed)
+            .connect()
+            .await
+            .unwrap();
+        let check: Vec<(String,)> = sqlx::query_as("PRAGMA integrity_check")
+            .fetch_all(&mut c)
+            .await
+            .unwrap();
+        let indexes: Vec<(String,)> = sqlx::query_as(
+            "SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name IN \
+             ('kernels', 'memops', 'api_calls', 'ranges', 'flows')",
+        )
+        .fetch_all(&mut c)
+        .await
+        .unwrap();
+        c.close().await.unwrap();
+        (check, indexes)
+    });
+    assert_eq!(check, vec![("ok".to_string(),)]);
+    assert_eq!(indexes, vec![]);
+}

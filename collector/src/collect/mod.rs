@@ -239,7 +239,13 @@ pub fn run(cfg: &CollectConfig) -> Result<CollectOutcome> {
     // `collect` writing the same output at the same time cannot clobber it (see `publish`).
     // Creating it now also fails on an unwritable folder before the program runs.
     let staging = staging_path(&cfg.output);
-    let mut writer = Writer::create(&staging, CreateOptions { overwrite: true })?;
+    let mut writer = Writer::create(
+        &staging,
+        CreateOptions {
+            overwrite: true,
+            ..Default::default()
+        },
+    )?;
     let spool_dir = make_spool_dir()?;
     let mut warnings = Vec::new();
 
@@ -492,7 +498,13 @@ pub fn ingest_spool_dir_with_warnings(
     spool_dir: &Path,
     output: &Path,
 ) -> Result<(Counts, Vec<String>)> {
-    let mut writer = Writer::create(output, CreateOptions { overwrite: false })?;
+    let mut writer = Writer::create(
+        output,
+        CreateOptions {
+            overwrite: false,
+            ..Default::default()
+        },
+    )?;
     let report = ingest::ingest(&ingest::spool_files(spool_dir), &mut writer, None)?;
     writer.meta("cupti_dropped_records", report.cupti_dropped);
     writer.meta("nvtx_dropped_records", report.nvtx_dropped);

@@ -135,6 +135,20 @@ pub fn detect(path: &Path) -> Result<Format> {
 
 /// Imports `input` into a new run at `output`. On any error no file is left at `output`.
 pub fn import(input: &Path, output: &Path, options: &ImportOptions) -> Result<ImportReport> {
+    let create = CreateOptions {
+        overwrite: options.overwrite,
+        ..Default::default()
+    };
+    import_to(input, output, options, create)
+}
+
+/// [`import`] into a run created with `create` (`options.overwrite` aside).
+pub(crate) fn import_to(
+    input: &Path,
+    output: &Path,
+    options: &ImportOptions,
+    create: CreateOptions,
+) -> Result<ImportReport> {
     let format = match options.format {
         Some(f) => f,
         None => detect(input)?,
@@ -142,12 +156,15 @@ pub fn import(input: &Path, output: &Path, options: &ImportOptions) -> Result<Im
     // Open the source before creating the output, so a bad input leaves nothing behind.
     let create = CreateOptions {
         overwrite: options.overwrite,
+        ..create
     };
     let progress = options.progress.as_deref();
     match format {
         Format::Kineto => kineto::import(input, output, create, progress),
         // One export may hold a whole job: its processes become the run's ranks.
-        Format::Nsys => ranks::import_nsys_labelled(input, output, options).map(|(r, _)| r),
+        Format::Nsys => {
+            ranks::import_nsys_labelled(input, output, create, progress).map(|(r, _)| r)
+        }
     }
 }
 

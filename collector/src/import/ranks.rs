@@ -28,7 +28,7 @@ use fuseprof_store::{
 };
 use serde::Serialize;
 
-use super::{detect, import, Format, ImportError, ImportOptions, ImportReport, Result};
+use super::{detect, import_to, Format, ImportError, ImportOptions, ImportReport, Result};
 
 /// Timestamps at or above this (2001-09-09 in Unix nanoseconds) are taken as wall-clock time.
 const EPOCH_FLOOR_NS: i64 = 1_000_000_000_000_000_000;
@@ -229,7 +229,12 @@ fn import_parts(
             progress,
             jobs: None,
         };
-        let report = import(&inputs[i], &parts[i], &opts)?;
+        // A rank's run is read once, in row order, by the merge: no indexes.
+        let unindexed = CreateOptions {
+            unindexed: true,
+            ..Default::default()
+        };
+        let report = import_to(&inputs[i], &parts[i], &opts, unindexed)?;
         load(&inputs[i], &parts[i], report, format == Format::Nsys)
     };
     let n = workers(options.jobs, inputs.len());
@@ -560,6 +565,7 @@ pub fn import_ranks(
         output,
         CreateOptions {
             overwrite: options.overwrite,
+            ..Default::default()
         },
         &run,
     )?;
@@ -728,9 +734,10 @@ pub fn label_ranks_in_place(path: &Path, source_path: &str) -> Result<Vec<RankIn
 pub(crate) fn import_nsys_labelled(
     input: &Path,
     output: &Path,
-    options: &ImportOptions,
+    create: CreateOptions,
+    progress: Option<&crate::progress::Progress>,
 ) -> Result<(ImportReport, Vec<RankInfo>)> {
-    if !options.overwrite && output.exists() {
+    if !create.overwrite && output.exists() {
         return Err(fuseprof_store::Error::OutputExists {
             path: output.into(),
         }
@@ -742,17 +749,13 @@ pub(crate) fn import_nsys_labelled(
     let report = super::nsys::import(
         input,
         &part,
-        CreateOptions { overwrite: true },
-        options.progress.as_deref(),
-    )?;
-    let ranks = label_ranks(
-        &part,
-        output,
         CreateOptions {
-            overwrite: options.overwrite,
+            overwrite: true,
+            ..create
         },
-        &input.display().to_string(),
+        progress,
     )?;
+    let ranks = label_ranks(&part, output, create, &input.display().to_string())?;
     drop(guard);
     Ok((report, ranks))
 }

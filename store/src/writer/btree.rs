@@ -587,6 +587,8 @@ pub(crate) struct IndexTree<K> {
 }
 
 impl<K: IndexKey> IndexTree<K> {
+    /// The tree rooted at page `root`; root 0 (no page has that number) for an index left out
+    /// of the run, which takes no entries and writes nothing.
     pub(crate) fn new(root: u32) -> Self {
         IndexTree {
             root,
@@ -595,8 +597,11 @@ impl<K: IndexKey> IndexTree<K> {
         }
     }
 
+    #[inline]
     pub(crate) fn add(&mut self, key: K, rowid: i64) {
-        self.entries.push((key, rowid));
+        if self.root != 0 {
+            self.entries.push((key, rowid));
+        }
     }
 
     /// Sorts the entries, which [`IndexTree::finish`] then writes as they are: an index whose
