@@ -102,6 +102,49 @@ fn kernel_row(s: &Stmt<'_>, at: i32) -> Kernel {
     }
 }
 
+/// The columns of a [`Memop`], in the order [`memop_row`] reads them.
+const MEMOP_ROW_COLUMNS: &str = "kind, start_ns, end_ns, device_id, stream_id, pid, \
+     correlation_id, external_id, bytes, copy_kind, value";
+
+/// A [`Memop`] from a row that selected [`MEMOP_ROW_COLUMNS`].
+fn memop_row(s: &Stmt<'_>) -> Memop {
+    Memop {
+        kind: s
+            .col_text(0)
+            .and_then(MemopKind::parse)
+            .unwrap_or(MemopKind::Memcpy),
+        start_ns: s.col_i64(1),
+        end_ns: s.col_i64(2),
+        device_id: s.col_i64(3),
+        stream_id: s.col_i64(4),
+        pid: s.col_opt_i64(5),
+        correlation_id: s.col_opt_i64(6),
+        external_id: s.col_opt_i64(7),
+        bytes: s.col_opt_i64(8),
+        copy_kind: s.col_text(9).map(CopyKind::parse),
+        value: s.col_opt_i64(10),
+    }
+}
+
+/// The columns of an [`ApiCall`], in the order [`api_call_row`] reads them.
+const API_CALL_ROW_COLUMNS: &str = "api, start_ns, end_ns, pid, tid, correlation_id, \
+     external_id, name_id, return_code";
+
+/// An [`ApiCall`] from a row that selected [`API_CALL_ROW_COLUMNS`].
+fn api_call_row(s: &Stmt<'_>) -> ApiCall {
+    ApiCall {
+        api: s.col_text(0).and_then(Api::parse).unwrap_or(Api::Runtime),
+        start_ns: s.col_i64(1),
+        end_ns: s.col_i64(2),
+        pid: s.col_i64(3),
+        tid: s.col_i64(4),
+        correlation_id: s.col_opt_i64(5),
+        external_id: s.col_opt_i64(6),
+        name: StrId(s.col_i64(7)),
+        return_code: s.col_opt_i64(8),
+    }
+}
+
 /// An open, complete run.
 pub struct Store {
     path: PathBuf,
@@ -124,13 +167,19 @@ struct PagesAndSql {
     sql: u64,
 }
 
-/// A table as the lean scans expect it: its columns in order, the first the rowid.
-struct Table {
-    name: &'static str,
-    columns: &'static [&'static str],
+/// A table as the page scans expect it and the bulk writer writes it: its columns in order,
+/// the first the rowid.
+pub(crate) struct Table {
+    pub(crate) name: &'static str,
+    pub(crate) columns: &'static [&'static str],
 }
 
-const RANGES: Table = Table {
+pub(crate) const STRINGS: Table = Table {
+    name: "strings",
+    columns: &["id", "value"],
+};
+
+pub(crate) const RANGES: Table = Table {
     name: "ranges",
     columns: &[
         "id",
@@ -152,7 +201,7 @@ const RANGES: Table = Table {
     ],
 };
 
-const API_CALLS: Table = Table {
+pub(crate) const API_CALLS: Table = Table {
     name: "api_calls",
     columns: &[
         "id",
@@ -168,7 +217,7 @@ const API_CALLS: Table = Table {
     ],
 };
 
-const MEMOPS: Table = Table {
+pub(crate) const MEMOPS: Table = Table {
     name: "memops",
     columns: &[
         "id",
@@ -186,7 +235,7 @@ const MEMOPS: Table = Table {
     ],
 };
 
-const KERNELS: Table = Table {
+pub(crate) const KERNELS: Table = Table {
     name: "kernels",
     columns: &[
         "id",
@@ -211,7 +260,7 @@ const KERNELS: Table = Table {
     ],
 };
 
-const FLOWS: Table = Table {
+pub(crate) const FLOWS: Table = Table {
     name: "flows",
     columns: &[
         "id",
@@ -688,8 +737,7 @@ impl Store {
         let kind = |t: Option<&str>| t.and_then(MemopKind::parse).unwrap_or(MemopKind::Memcpy);
         self.lean_scan(
             &MEMOPS,
-            "SELECT kind, start_ns, end_ns, device_id, stream_id, pid, correlation_id, \
-             external_id, bytes, copy_kind, value FROM memops WHERE id >= ?1 ORDER BY id",
+            &format!("SELECT {MEMOP_ROW_COLUMNS} FROM memops WHERE id >= ?1 ORDER BY id"),
             |r: &Record<'_, 12>| {
                 Some(Memop {
                     kind: kind(r.opt_bytes(1)?.and_then(text)),
@@ -705,19 +753,7 @@ impl Store {
                     value: r.opt_i64(11)?,
                 })
             },
-            |s| Memop {
-                kind: kind(s.col_text(0)),
-                start_ns: s.col_i64(1),
-                end_ns: s.col_i64(2),
-                device_id: s.col_i64(3),
-                stream_id: s.col_i64(4),
-                pid: s.col_opt_i64(5),
-                correlation_id: s.col_opt_i64(6),
-                external_id: s.col_opt_i64(7),
-                bytes: s.col_opt_i64(8),
-                copy_kind: s.col_text(9).map(CopyKind::parse),
-                value: s.col_opt_i64(10),
-            },
+            memop_row,
             |m| f(m.clone()),
         )
     }
@@ -727,8 +763,7 @@ impl Store {
         let api = |t: Option<&str>| t.and_then(Api::parse).unwrap_or(Api::Runtime);
         self.lean_scan(
             &API_CALLS,
-            "SELECT api, start_ns, end_ns, pid, tid, correlation_id, external_id, name_id, \
-             return_code FROM api_calls WHERE id >= ?1 ORDER BY id",
+            &format!("SELECT {API_CALL_ROW_COLUMNS} FROM api_calls WHERE id >= ?1 ORDER BY id"),
             |r: &Record<'_, 10>| {
                 Some(ApiCall {
                     api: api(r.opt_bytes(1)?.and_then(|b| std::str::from_utf8(b).ok())),
@@ -742,17 +777,7 @@ impl Store {
                     return_code: r.opt_i64(9)?,
                 })
             },
-            |s| ApiCall {
-                api: api(s.col_text(0)),
-                start_ns: s.col_i64(1),
-                end_ns: s.col_i64(2),
-                pid: s.col_i64(3),
-                tid: s.col_i64(4),
-                correlation_id: s.col_opt_i64(5),
-                external_id: s.col_opt_i64(6),
-                name: StrId(s.col_i64(7)),
-                return_code: s.col_opt_i64(8),
-            },
+            api_call_row,
             |a| f(a.clone()),
         )
     }

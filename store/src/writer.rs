@@ -22,6 +22,7 @@ use sqlx::{ConnectOptions, Connection, SqliteConnection};
 
 use crate::model::*;
 use crate::raw;
+use crate::reader::{Table, API_CALLS, FLOWS, KERNELS, MEMOPS, RANGES, STRINGS};
 use crate::{Error, Result};
 use btree::{Geometry, IndexTree, PageFile, Record, TableTree};
 
@@ -498,99 +499,8 @@ async fn connect(path: &Path) -> Result<SqliteConnection> {
         .await?)
 }
 
-/// The columns of the tables the bulk loader fills, in schema order, as it writes them.
-const BULK_COLUMNS: [(&str, &[&str]); 6] = [
-    ("strings", &["id", "value"]),
-    (
-        "kernels",
-        &[
-            "id",
-            "start_ns",
-            "end_ns",
-            "device_id",
-            "stream_id",
-            "pid",
-            "correlation_id",
-            "external_id",
-            "name_id",
-            "grid_x",
-            "grid_y",
-            "grid_z",
-            "block_x",
-            "block_y",
-            "block_z",
-            "registers_per_thread",
-            "static_smem_bytes",
-            "dynamic_smem_bytes",
-            "graph_id",
-        ],
-    ),
-    (
-        "memops",
-        &[
-            "id",
-            "kind",
-            "start_ns",
-            "end_ns",
-            "device_id",
-            "stream_id",
-            "pid",
-            "correlation_id",
-            "external_id",
-            "bytes",
-            "copy_kind",
-            "value",
-        ],
-    ),
-    (
-        "api_calls",
-        &[
-            "id",
-            "api",
-            "start_ns",
-            "end_ns",
-            "pid",
-            "tid",
-            "correlation_id",
-            "external_id",
-            "name_id",
-            "return_code",
-        ],
-    ),
-    (
-        "ranges",
-        &[
-            "id",
-            "kind",
-            "start_ns",
-            "end_ns",
-            "pid",
-            "tid",
-            "end_tid",
-            "domain_id",
-            "name_id",
-            "category_id",
-            "color",
-            "depth",
-            "external_id",
-            "correlation_id",
-            "input_dims_id",
-            "input_types_id",
-        ],
-    ),
-    (
-        "flows",
-        &[
-            "id",
-            "category_id",
-            "flow_id",
-            "phase",
-            "ts_ns",
-            "pid",
-            "tid",
-        ],
-    ),
-];
+/// The tables the bulk loader fills, with their columns in schema order, as it writes them.
+const BULK_TABLES: [&Table; 6] = [&STRINGS, &KERNELS, &MEMOPS, &API_CALLS, &RANGES, &FLOWS];
 
 /// The indexes on those tables, as `Bulk` builds them (migrations 2 and 5 declare them).
 const BULK_INDEXES: [(&str, &str); 8] = [
@@ -636,7 +546,11 @@ async fn open_for_writing(path: &Path, unindexed: bool) -> Result<Bulk> {
             .await?;
     let mismatch =
         |what: String| Error::Sqlite(format!("the bulk loader does not match the schema: {what}"));
-    for (table, columns) in BULK_COLUMNS {
+    for &Table {
+        name: table,
+        columns,
+    } in BULK_TABLES
+    {
         let names: Vec<(String,)> =
             sqlx::query_as("SELECT name FROM pragma_table_info(?) ORDER BY cid")
                 .bind(table)
@@ -651,7 +565,7 @@ async fn open_for_writing(path: &Path, unindexed: bool) -> Result<Bulk> {
         }
     }
     for (kind, name, table, root, sql) in &rows {
-        let bulk = BULK_COLUMNS.iter().any(|(t, _)| t == table);
+        let bulk = BULK_TABLES.iter().any(|t| t.name == table);
         if kind == "index" && bulk {
             let known = BULK_INDEXES.iter().find(|(n, _)| n == name);
             let declared = sql

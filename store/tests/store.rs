@@ -44,6 +44,24 @@ fn sql(path: &Path, statement: &str) {
     });
 }
 
+/// The first column of every row `query` gives on the run at `path`, as text.
+fn texts(path: &Path, query: &'static str) -> Vec<String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        use sqlx::{ConnectOptions, Connection};
+        let mut c = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(path)
+            .connect()
+            .await
+            .unwrap();
+        let rows: Vec<(String,)> = sqlx::query_as(query).fetch_all(&mut c).await.unwrap();
+        c.close().await.unwrap();
+        rows.into_iter().map(|r| r.0).collect()
+    })
+}
+
 #[test]
 fn records_round_trip_and_strings_are_shared() {
     let dir = tempfile::tempdir().unwrap();
@@ -613,30 +631,11 @@ fn an_unindexed_run_has_the_rows_and_no_event_indexes() {
         rows
     };
     assert_eq!(rows(&indexed), rows(&unindexed));
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    let (check, indexes) = rt.block_on(async {
-        use sqlx::{ConnectOptions, Connection};
-        let mut c = sqlx::sqlite::SqliteConnectOptions::new()
-            .filename(&unindexed)
-            .connect()
-            .await
-            .unwrap();
-        let check: Vec<(String,)> = sqlx::query_as("PRAGMA integrity_check")
-            .fetch_all(&mut c)
-            .await
-            .unwrap();
-        let indexes: Vec<(String,)> = sqlx::query_as(
-            "SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name IN \
-             ('kernels', 'memops', 'api_calls', 'ranges', 'flows')",
-        )
-        .fetch_all(&mut c)
-        .await
-        .unwrap();
-        c.close().await.unwrap();
-        (check, indexes)
-    });
-    assert_eq!(check, vec![("ok".to_string(),)]);
-    assert_eq!(indexes, vec![]);
+    assert_eq!(texts(&unindexed, "PRAGMA integrity_check"), ["ok"]);
+    let indexes = texts(
+        &unindexed,
+        "SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name IN \
+         ('kernels', 'memops', 'api_calls', 'ranges', 'flows')",
+    );
+    assert_eq!(indexes, Vec::<String>::new());
 }

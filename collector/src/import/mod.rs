@@ -135,14 +135,10 @@ pub fn detect(path: &Path) -> Result<Format> {
 
 /// Imports `input` into a new run at `output`. On any error no file is left at `output`.
 pub fn import(input: &Path, output: &Path, options: &ImportOptions) -> Result<ImportReport> {
-    let create = CreateOptions {
-        overwrite: options.overwrite,
-        ..Default::default()
-    };
-    import_to(input, output, options, create)
+    import_to(input, output, options, CreateOptions::default())
 }
 
-/// [`import`] into a run created with `create` (`options.overwrite` aside).
+/// [`import`] into a run created with `create`, whose `overwrite` is `options.overwrite`.
 pub(crate) fn import_to(
     input: &Path,
     output: &Path,

@@ -10,8 +10,9 @@ use crate::model::*;
 use crate::raw::Stmt;
 use crate::reader::pages::Record;
 use crate::reader::{
-    kernel_row, range_kind, range_row, Store, API_CALLS, KERNELS, KERNEL_ROW_COLUMNS, MEMOPS,
-    RANGES, RANGE_ROW_COLUMNS,
+    api_call_row, kernel_row, memop_row, range_kind, range_row, Store, API_CALLS,
+    API_CALL_ROW_COLUMNS, KERNELS, KERNEL_ROW_COLUMNS, MEMOPS, MEMOP_ROW_COLUMNS, RANGES,
+    RANGE_ROW_COLUMNS,
 };
 use crate::Result;
 
@@ -524,27 +525,9 @@ impl Store {
     pub fn memop_by_id(&mut self, id: i64) -> Result<Option<Memop>> {
         let mut out = None;
         self.query(
-            "SELECT kind, start_ns, end_ns, device_id, stream_id, pid, correlation_id, \
-             external_id, bytes, copy_kind, value FROM memops WHERE id = ?1",
+            &format!("SELECT {MEMOP_ROW_COLUMNS} FROM memops WHERE id = ?1"),
             &[id],
-            |s| {
-                out = Some(Memop {
-                    kind: s
-                        .col_text(0)
-                        .and_then(MemopKind::parse)
-                        .unwrap_or(MemopKind::Memcpy),
-                    start_ns: s.col_i64(1),
-                    end_ns: s.col_i64(2),
-                    device_id: s.col_i64(3),
-                    stream_id: s.col_i64(4),
-                    pid: s.col_opt_i64(5),
-                    correlation_id: s.col_opt_i64(6),
-                    external_id: s.col_opt_i64(7),
-                    bytes: s.col_opt_i64(8),
-                    copy_kind: s.col_text(9).map(CopyKind::parse),
-                    value: s.col_opt_i64(10),
-                })
-            },
+            |s| out = Some(memop_row(s)),
         )?;
         Ok(out)
     }
@@ -564,22 +547,9 @@ impl Store {
     pub fn api_call_by_id(&mut self, id: i64) -> Result<Option<ApiCall>> {
         let mut out = None;
         self.query(
-            "SELECT api, start_ns, end_ns, pid, tid, correlation_id, external_id, name_id, \
-             return_code FROM api_calls WHERE id = ?1",
+            &format!("SELECT {API_CALL_ROW_COLUMNS} FROM api_calls WHERE id = ?1"),
             &[id],
-            |s| {
-                out = Some(ApiCall {
-                    api: s.col_text(0).and_then(Api::parse).unwrap_or(Api::Runtime),
-                    start_ns: s.col_i64(1),
-                    end_ns: s.col_i64(2),
-                    pid: s.col_i64(3),
-                    tid: s.col_i64(4),
-                    correlation_id: s.col_opt_i64(5),
-                    external_id: s.col_opt_i64(6),
-                    name: StrId(s.col_i64(7)),
-                    return_code: s.col_opt_i64(8),
-                })
-            },
+            |s| out = Some(api_call_row(s)),
         )?;
         Ok(out)
     }
