@@ -654,9 +654,43 @@ async fn open_for_writing(path: &Path, unindexed: bool) -> Result<Bulk> {
 /// `api_calls (correlation_id, pid)` would give it first).
 #[derive(Default)]
 struct Link {
-    kernels: Vec<Kernel>,
-    memops: Vec<Memop>,
+    kernels: HeldRows,
+    memops: HeldRows,
     pids: PidsByCorrelation,
+}
+
+/// Rows held until the end, each as its record's serial types and body (a kernel's is about
+/// 60 bytes, a quarter of a [`Kernel`]): a byte that counts the types, a byte that counts the
+/// body bytes, the types, then the body. A kernel's or copy's record has at most 17 columns of
+/// integers of at most 8 bytes and short texts, so both counts fit a byte.
+#[derive(Default)]
+struct HeldRows {
+    bytes: Vec<u8>,
+    rows: i64,
+}
+
+impl HeldRows {
+    fn push(&mut self, rec: &Record) {
+        let (types, body) = rec.parts();
+        debug_assert!(types.len() <= 255 && body.len() <= 255);
+        self.bytes.push(types.len() as u8);
+        self.bytes.push(body.len() as u8);
+        self.bytes.extend_from_slice(types);
+        self.bytes.extend_from_slice(body);
+        self.rows += 1;
+    }
+
+    /// Each row's serial types and body, in the order they were held.
+    fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        let mut rest = &self.bytes[..];
+        std::iter::from_fn(move || {
+            let (&[t, b], tail) = rest.split_first_chunk::<2>()?;
+            let (types, tail) = tail.split_at(t as usize);
+            let (body, tail) = tail.split_at(b as usize);
+            rest = tail;
+            Some((types, body))
+        })
+    }
 }
 
 /// The smallest pid of the API calls with each correlation id.
@@ -741,6 +775,78 @@ impl PidsByCorrelation {
     }
 }
 
+/// A kernel's row, in the `kernels` table's column order.
+fn kernel_record(r: &mut Record, k: &Kernel) {
+    r.clear();
+    r.null();
+    r.int(k.start_ns);
+    r.int(k.end_ns);
+    r.int(k.device_id);
+    r.int(k.stream_id);
+    r.opt(k.pid);
+    r.opt(k.correlation_id);
+    r.opt(k.external_id);
+    r.int(k.name.0);
+    for dims in [k.grid, k.block] {
+        for i in 0..3 {
+            r.opt(dims.map(|d| d[i]));
+        }
+    }
+    r.opt(k.registers_per_thread);
+    r.opt(k.static_smem_bytes);
+    r.opt(k.dynamic_smem_bytes);
+    r.opt(k.graph_id);
+}
+
+/// A copy's or fill's row, in the `memops` table's column order.
+fn memop_record(r: &mut Record, m: &Memop) {
+    r.clear();
+    r.null();
+    r.text(m.kind.as_str());
+    r.int(m.start_ns);
+    r.int(m.end_ns);
+    r.int(m.device_id);
+    r.int(m.stream_id);
+    r.opt(m.pid);
+    r.opt(m.correlation_id);
+    r.opt(m.external_id);
+    r.opt(m.bytes);
+    match m.copy_kind {
+        Some(c) => r.text(c.as_str()),
+        None => r.null(),
+    }
+    r.opt(m.value);
+}
+
+/// The `pid` column of [`kernel_record`] and [`memop_record`]; `correlation_id` follows it.
+const KERNEL_PID: usize = 5;
+const MEMOP_PID: usize = 6;
+
+/// A held row (`types`, `body`) back into `rec`, its `pid` (column `col`) filled by `pid_of`
+/// from its correlation id where it was held without one; its `(correlation_id, pid)` key.
+fn linked(
+    rec: &mut Record,
+    types: &[u8],
+    body: &[u8],
+    col: usize,
+    pid_of: impl FnOnce(i64) -> Option<i64>,
+) -> (Option<i64>, Option<i64>) {
+    let at: usize = types[..col].iter().map(|&t| btree::serial_size(t)).sum();
+    let pid = btree::serial_int(types[col], &body[at..]);
+    let after = at + btree::serial_size(types[col]);
+    let correlation = btree::serial_int(types[col + 1], &body[after..]);
+    if pid.is_some() {
+        rec.load(types, body);
+        return (correlation, pid);
+    }
+    let pid = correlation.and_then(pid_of);
+    match pid {
+        Some(p) => rec.restore(types, body, col, at, p),
+        None => rec.load(types, body),
+    }
+    (correlation, pid)
+}
+
 /// The writer thread's side of a run being loaded: one b-tree per bulk table and index.
 struct Bulk {
     file: PageFile,
@@ -780,8 +886,21 @@ impl Bulk {
         }
         match &mut self.link {
             Some(link) => {
-                link.kernels.append(&mut b.kernels);
-                link.memops.append(&mut b.memops);
+                // Their rowids follow the rows written so far, in the order they are held.
+                for k in &b.kernels {
+                    kernel_record(&mut self.rec, k);
+                    link.kernels.push(&self.rec);
+                    let id = self.kernels.next_rowid() + link.kernels.rows - 1;
+                    self.kernels_by_stream_time
+                        .add([k.device_id, k.stream_id, k.start_ns], id);
+                }
+                for m in &b.memops {
+                    memop_record(&mut self.rec, m);
+                    link.memops.push(&self.rec);
+                    let id = self.memops.next_rowid() + link.memops.rows - 1;
+                    self.memops_by_stream_time
+                        .add([m.device_id, m.stream_id, m.start_ns], id);
+                }
             }
             None => {
                 for k in &b.kernels {
@@ -803,27 +922,8 @@ impl Bulk {
 
     fn kernel(&mut self, k: &Kernel) -> std::io::Result<()> {
         let id = self.kernels.next_rowid();
-        let r = &mut self.rec;
-        r.clear();
-        r.null();
-        r.int(k.start_ns);
-        r.int(k.end_ns);
-        r.int(k.device_id);
-        r.int(k.stream_id);
-        r.opt(k.pid);
-        r.opt(k.correlation_id);
-        r.opt(k.external_id);
-        r.int(k.name.0);
-        for dims in [k.grid, k.block] {
-            for i in 0..3 {
-                r.opt(dims.map(|d| d[i]));
-            }
-        }
-        r.opt(k.registers_per_thread);
-        r.opt(k.static_smem_bytes);
-        r.opt(k.dynamic_smem_bytes);
-        r.opt(k.graph_id);
-        self.kernels.add(&mut self.file, id, r)?;
+        kernel_record(&mut self.rec, k);
+        self.kernels.add(&mut self.file, id, &mut self.rec)?;
         self.kernels_by_stream_time
             .add([k.device_id, k.stream_id, k.start_ns], id);
         self.kernels_by_correlation
@@ -833,24 +933,8 @@ impl Bulk {
 
     fn memop(&mut self, m: &Memop) -> std::io::Result<()> {
         let id = self.memops.next_rowid();
-        let r = &mut self.rec;
-        r.clear();
-        r.null();
-        r.text(m.kind.as_str());
-        r.int(m.start_ns);
-        r.int(m.end_ns);
-        r.int(m.device_id);
-        r.int(m.stream_id);
-        r.opt(m.pid);
-        r.opt(m.correlation_id);
-        r.opt(m.external_id);
-        r.opt(m.bytes);
-        match m.copy_kind {
-            Some(c) => r.text(c.as_str()),
-            None => r.null(),
-        }
-        r.opt(m.value);
-        self.memops.add(&mut self.file, id, r)?;
+        memop_record(&mut self.rec, m);
+        self.memops.add(&mut self.file, id, &mut self.rec)?;
         self.memops_by_stream_time
             .add([m.device_id, m.stream_id, m.start_ns], id);
         self.memops_by_correlation
@@ -958,15 +1042,21 @@ impl Bulk {
             if let Some(mut link) = self.link.take() {
                 link.pids.seal();
                 let mut near = 0;
-                let mut pid =
-                    |p: Option<i64>, c: Option<i64>| p.or_else(|| link.pids.get(c?, &mut near));
-                for mut k in link.kernels.iter().cloned() {
-                    k.pid = pid(k.pid, k.correlation_id);
-                    self.kernel(&k)?;
+                for (types, body) in link.kernels.iter() {
+                    let id = self.kernels.next_rowid();
+                    let key = linked(&mut self.rec, types, body, KERNEL_PID, |c| {
+                        link.pids.get(c, &mut near)
+                    });
+                    self.kernels.add(&mut self.file, id, &mut self.rec)?;
+                    self.kernels_by_correlation.add(key, id);
                 }
-                for mut m in link.memops.iter().cloned() {
-                    m.pid = pid(m.pid, m.correlation_id);
-                    self.memop(&m)?;
+                for (types, body) in link.memops.iter() {
+                    let id = self.memops.next_rowid();
+                    let key = linked(&mut self.rec, types, body, MEMOP_PID, |c| {
+                        link.pids.get(c, &mut near)
+                    });
+                    self.memops.add(&mut self.file, id, &mut self.rec)?;
+                    self.memops_by_correlation.add(key, id);
                 }
             }
             Ok(match sorting {
