@@ -24,7 +24,7 @@ use crate::model::*;
 use crate::raw;
 use crate::reader::{Table, API_CALLS, FLOWS, KERNELS, MEMOPS, RANGES, STRINGS};
 use crate::{Error, Result};
-use btree::{Geometry, IndexTree, PageFile, Record, TableTree};
+use btree::{Geometry, IndexTree, PageFile, PrefixIndex, Record, TableTree};
 
 const BATCH_RECORDS: usize = 16 * 1024;
 /// `meta` keys that belong to the store itself.
@@ -635,13 +635,13 @@ async fn open_for_writing(path: &Path, unindexed: bool) -> Result<Bulk> {
         api_calls: TableTree::new(geo, root("api_calls")?),
         ranges: TableTree::new(geo, root("ranges")?),
         flows: TableTree::new(geo, root("flows")?),
-        kernels_by_stream_time: IndexTree::new(index_root("kernels_by_stream_time")?),
+        kernels_by_stream_time: PrefixIndex::new(index_root("kernels_by_stream_time")?),
         kernels_by_correlation: IndexTree::new(index_root("kernels_by_correlation")?),
-        memops_by_stream_time: IndexTree::new(index_root("memops_by_stream_time")?),
+        memops_by_stream_time: PrefixIndex::new(index_root("memops_by_stream_time")?),
         memops_by_correlation: IndexTree::new(index_root("memops_by_correlation")?),
         api_calls_by_correlation: IndexTree::new(index_root("api_calls_by_correlation")?),
-        api_calls_by_thread_time: IndexTree::new(index_root("api_calls_by_thread_time")?),
-        ranges_by_thread_time: IndexTree::new(index_root("ranges_by_thread_time")?),
+        api_calls_by_thread_time: PrefixIndex::new(index_root("api_calls_by_thread_time")?),
+        ranges_by_thread_time: PrefixIndex::new(index_root("ranges_by_thread_time")?),
         ranges_by_external: IndexTree::new(index_root("ranges_by_external")?),
         file: PageFile::new(file, geo),
         rec: Record::default(),
@@ -857,13 +857,13 @@ struct Bulk {
     api_calls: TableTree,
     ranges: TableTree,
     flows: TableTree,
-    kernels_by_stream_time: IndexTree<[i64; 3]>,
+    kernels_by_stream_time: PrefixIndex,
     kernels_by_correlation: IndexTree<(Option<i64>, Option<i64>)>,
-    memops_by_stream_time: IndexTree<[i64; 3]>,
+    memops_by_stream_time: PrefixIndex,
     memops_by_correlation: IndexTree<(Option<i64>, Option<i64>)>,
     api_calls_by_correlation: IndexTree<(Option<i64>, i64)>,
-    api_calls_by_thread_time: IndexTree<[i64; 3]>,
-    ranges_by_thread_time: IndexTree<[i64; 3]>,
+    api_calls_by_thread_time: PrefixIndex,
+    ranges_by_thread_time: PrefixIndex,
     /// Partial: only ranges with an External id.
     ranges_by_external: IndexTree<i64>,
     link: Option<Link>,
@@ -1021,8 +1021,8 @@ impl Bulk {
         let cores = crate::usable_cores();
         let done = (
             std::mem::replace(&mut self.api_calls_by_correlation, IndexTree::new(0)),
-            std::mem::replace(&mut self.api_calls_by_thread_time, IndexTree::new(0)),
-            std::mem::replace(&mut self.ranges_by_thread_time, IndexTree::new(0)),
+            std::mem::replace(&mut self.api_calls_by_thread_time, PrefixIndex::new(0)),
+            std::mem::replace(&mut self.ranges_by_thread_time, PrefixIndex::new(0)),
             std::mem::replace(&mut self.ranges_by_external, IndexTree::new(0)),
         );
         let done = std::thread::scope(|s| -> std::io::Result<_> {

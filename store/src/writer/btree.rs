@@ -670,113 +670,245 @@ impl<K: IndexKey> IndexTree<K> {
         }
     }
 
-    /// Sorts the entries and writes the tree: leaves packed in order, and between two
-    /// neighbouring pages of a level one entry that moves up into their parent (an index
-    /// b-tree holds each entry once, interior pages included).
+    /// Sorts the entries and writes the tree ([`write_index`]).
     pub(crate) fn finish(mut self, file: &mut PageFile) -> std::io::Result<()> {
-        if self.entries.is_empty() {
-            return Ok(());
+        self.sort();
+        let entries = &self.entries;
+        write_index(self.root, entries.len(), &|i| entries[i], file)
+    }
+}
+
+/// One prefix `(a, b)` and its `(time, rowid)` pairs.
+type PrefixGroup = ((i64, i64), Vec<(i64, i64)>);
+
+/// Prefixes an index by prefix keeps apart; past them it keeps whole entries.
+const MAX_PREFIXES: usize = 65_536;
+
+/// The entries of an index on `(a, b, time)` whose rows come in time order per `(a, b)` (a
+/// thread's calls and ranges, a stream's kernels), kept per prefix as `(time, rowid)` pairs as
+/// rows arrive: half the memory of whole entries, and sorting them orders the few prefixes and
+/// checks each one's pairs instead of sorting every entry. Past [`MAX_PREFIXES`] prefixes it
+/// goes on as an [`IndexTree`] of whole entries.
+pub(crate) struct PrefixIndex {
+    root: u32,
+    /// Each prefix's pairs, in the order the prefixes came (ordered by prefix by `sort`).
+    groups: Vec<PrefixGroup>,
+    find: rustc_hash::FxHashMap<(i64, i64), usize>,
+    /// The group of the last entry: most entries follow one of the same thread or stream.
+    last: usize,
+    whole: Option<IndexTree<[i64; 3]>>,
+    sorted: bool,
+}
+
+impl PrefixIndex {
+    /// As [`IndexTree::new`].
+    pub(crate) fn new(root: u32) -> Self {
+        PrefixIndex {
+            root,
+            groups: Vec::new(),
+            find: Default::default(),
+            last: 0,
+            whole: None,
+            sorted: true,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn add(&mut self, [a, b, time]: [i64; 3], rowid: i64) {
+        if self.root == 0 {
+            return;
+        }
+        if let Some(whole) = &mut self.whole {
+            return whole.add([a, b, time], rowid);
+        }
+        let g = match self.groups.get(self.last) {
+            Some((p, _)) if *p == (a, b) => self.last,
+            _ => match self.find.get(&(a, b)) {
+                Some(&g) => g,
+                None if self.groups.len() < MAX_PREFIXES => {
+                    self.groups.push(((a, b), Vec::new()));
+                    self.find.insert((a, b), self.groups.len() - 1);
+                    self.groups.len() - 1
+                }
+                None => {
+                    let mut whole = IndexTree::new(self.root);
+                    for ((a, b), pairs) in std::mem::take(&mut self.groups) {
+                        for (t, r) in pairs {
+                            whole.add([a, b, t], r);
+                        }
+                    }
+                    whole.add([a, b, time], rowid);
+                    self.find = Default::default();
+                    self.whole = Some(whole);
+                    return;
+                }
+            },
+        };
+        self.last = g;
+        self.groups[g].1.push((time, rowid));
+        self.sorted = false;
+    }
+
+    /// As [`IndexTree::sort`].
+    pub(crate) fn sort(&mut self) {
+        if let Some(whole) = &mut self.whole {
+            return whole.sort();
+        }
+        if self.sorted {
+            return;
+        }
+        self.groups.sort_unstable_by_key(|g| g.0);
+        for (g, (prefix, pairs)) in self.groups.iter_mut().enumerate() {
+            // Entries may still come after a sort: each prefix is found where it now is.
+            self.find.insert(*prefix, g);
+            if !pairs.is_sorted() {
+                // Rowids are unique, so the order is total and the unstable sort exact.
+                pairs.sort_unstable();
+            }
+        }
+        self.sorted = true;
+    }
+
+    /// As [`IndexTree::finish`].
+    pub(crate) fn finish(mut self, file: &mut PageFile) -> std::io::Result<()> {
+        if let Some(whole) = self.whole {
+            return whole.finish(file);
         }
         self.sort();
-        let geo = file.geometry();
-        let mut rec = Record::default();
-        let mut cell = Vec::new();
-        let entries = &self.entries;
-        // Entry `i`'s record, in `rec`.
-        let record = |rec: &mut Record, i: usize| {
-            rec.clear();
-            entries[i].0.write(rec);
-            rec.int(entries[i].1);
-        };
-        // Entry `i` as a leaf cell (its record's length, then the record) in `cell`.
-        let leaf_cell = |rec: &mut Record, cell: &mut Vec<u8>, i: usize| {
-            record(rec, i);
-            let r = rec.finish();
-            cell.clear();
-            put_varint(cell, r.len() as u64);
-            let head = cell.len();
-            cell.extend_from_slice(r);
-            head
-        };
-        // Every entry's record is small (integers only): it never needs an overflow page.
-        let max_local = (geo.usable - 12) * 64 / 255 - 23;
-
-        // Leaves, and the separator entry after each but the last.
-        let mut children: Vec<u32> = Vec::new();
-        let mut seps: Vec<Vec<u8>> = Vec::new();
-        let mut page = Page::new(geo, INDEX_LEAF);
-        let n = entries.len();
-        let mut first = 0;
-        let mut i = 0;
-        while i < n {
-            record(&mut rec, i);
-            let payload = rec.len();
-            debug_assert!(payload <= max_local);
-            let len = varint_len(payload as u64) + payload;
-            if page.fits(len) {
-                // The usual entry: its cell is written straight into the leaf.
-                page.push_with(len, |cell| {
-                    let at = write_varint(cell, payload as u64);
-                    rec.write_to(&mut cell[at..]);
-                });
-                i += 1;
-                continue;
+        // Where each group's entries start, and the group the last one asked for was in: the
+        // tree is written in order, so a lookup is nearly always in that group or the next.
+        let mut starts = Vec::with_capacity(self.groups.len() + 1);
+        let mut n = 0;
+        for (_, pairs) in &self.groups {
+            starts.push(n);
+            n += pairs.len();
+        }
+        starts.push(n);
+        let near = std::cell::Cell::new(0);
+        let groups = &self.groups;
+        let entry = |i: usize| {
+            let mut g = near.get();
+            if !(starts[g] <= i && i < starts[g + 1]) {
+                g = starts.partition_point(|&s| s <= i) - 1;
+                near.set(g);
             }
-            // The page is full: entry i separates it from the next leaf, which must not be
-            // empty. When i is the last entry, the page's own last entry moves up instead.
-            let next = if i + 1 < n {
-                seps.push(rec.finish().to_vec());
-                i + 1
-            } else {
-                page.reset(INDEX_LEAF);
-                for j in first..i - 1 {
-                    leaf_cell(&mut rec, &mut cell, j);
-                    page.push(&cell);
-                }
-                let head = leaf_cell(&mut rec, &mut cell, i - 1);
-                seps.push(cell[head..].to_vec());
-                i
-            };
-            children.push(file.append(page.seal(None))?);
-            page.reset(INDEX_LEAF);
-            first = next;
-            i = next;
-        }
-        if children.is_empty() {
-            return file.write_at(self.root, page.seal(None));
-        }
-        children.push(file.append(page.seal(None))?);
+            let ((a, b), pairs) = &groups[g];
+            let (t, r) = pairs[i - starts[g]];
+            ([*a, *b, t], r)
+        };
+        write_index(self.root, n, &entry, file)
+    }
+}
 
-        let cap = geo.usable - 12;
-        let mut page = Page::new(geo, INDEX_INTERIOR);
-        loop {
-            // Child j (not its node's last) takes a cell: its page, then the separator after it.
-            let groups = group(children.len(), cap, |j| {
-                4 + varint_len(seps[j].len() as u64) + seps[j].len() + 2
+/// Writes the index b-tree rooted at page `root` of the `n` sorted entries `entry(0..n)`:
+/// leaves packed in order, and between two neighbouring pages of a level one entry that moves
+/// up into their parent (an index b-tree holds each entry once, interior pages included).
+fn write_index<K: IndexKey>(
+    root: u32,
+    n: usize,
+    entry: &dyn Fn(usize) -> (K, i64),
+    file: &mut PageFile,
+) -> std::io::Result<()> {
+    if n == 0 {
+        return Ok(());
+    }
+    let geo = file.geometry();
+    let mut rec = Record::default();
+    let mut cell = Vec::new();
+    // Entry `i`'s record, in `rec`.
+    let record = |rec: &mut Record, i: usize| {
+        let (key, rowid) = entry(i);
+        rec.clear();
+        key.write(rec);
+        rec.int(rowid);
+    };
+    // Entry `i` as a leaf cell (its record's length, then the record) in `cell`.
+    let leaf_cell = |rec: &mut Record, cell: &mut Vec<u8>, i: usize| {
+        record(rec, i);
+        let r = rec.finish();
+        cell.clear();
+        put_varint(cell, r.len() as u64);
+        let head = cell.len();
+        cell.extend_from_slice(r);
+        head
+    };
+    // Every entry's record is small (integers only): it never needs an overflow page.
+    let max_local = (geo.usable - 12) * 64 / 255 - 23;
+
+    // Leaves, and the separator entry after each but the last.
+    let mut children: Vec<u32> = Vec::new();
+    let mut seps: Vec<Vec<u8>> = Vec::new();
+    let mut page = Page::new(geo, INDEX_LEAF);
+    let mut first = 0;
+    let mut i = 0;
+    while i < n {
+        record(&mut rec, i);
+        let payload = rec.len();
+        debug_assert!(payload <= max_local);
+        let len = varint_len(payload as u64) + payload;
+        if page.fits(len) {
+            // The usual entry: its cell is written straight into the leaf.
+            page.push_with(len, |cell| {
+                let at = write_varint(cell, payload as u64);
+                rec.write_to(&mut cell[at..]);
             });
-            let mut up_children = Vec::with_capacity(groups.len());
-            let mut up_seps = Vec::with_capacity(groups.len());
-            for (gi, g) in groups.iter().enumerate() {
-                page.reset(INDEX_INTERIOR);
-                for j in g.start..g.end - 1 {
-                    cell.clear();
-                    cell.extend_from_slice(&children[j].to_be_bytes());
-                    put_varint(&mut cell, seps[j].len() as u64);
-                    cell.extend_from_slice(&seps[j]);
-                    page.push(&cell);
-                }
-                let bytes = page.seal(Some(children[g.end - 1]));
-                if groups.len() == 1 {
-                    return file.write_at(self.root, bytes);
-                }
-                up_children.push(file.append(bytes)?);
-                if gi + 1 < groups.len() {
-                    up_seps.push(std::mem::take(&mut seps[g.end - 1]));
-                }
-            }
-            children = up_children;
-            seps = up_seps;
+            i += 1;
+            continue;
         }
+        // The page is full: entry i separates it from the next leaf, which must not be
+        // empty. When i is the last entry, the page's own last entry moves up instead.
+        let next = if i + 1 < n {
+            seps.push(rec.finish().to_vec());
+            i + 1
+        } else {
+            page.reset(INDEX_LEAF);
+            for j in first..i - 1 {
+                leaf_cell(&mut rec, &mut cell, j);
+                page.push(&cell);
+            }
+            let head = leaf_cell(&mut rec, &mut cell, i - 1);
+            seps.push(cell[head..].to_vec());
+            i
+        };
+        children.push(file.append(page.seal(None))?);
+        page.reset(INDEX_LEAF);
+        first = next;
+        i = next;
+    }
+    if children.is_empty() {
+        return file.write_at(root, page.seal(None));
+    }
+    children.push(file.append(page.seal(None))?);
+
+    let cap = geo.usable - 12;
+    let mut page = Page::new(geo, INDEX_INTERIOR);
+    loop {
+        // Child j (not its node's last) takes a cell: its page, then the separator after it.
+        let groups = group(children.len(), cap, |j| {
+            4 + varint_len(seps[j].len() as u64) + seps[j].len() + 2
+        });
+        let mut up_children = Vec::with_capacity(groups.len());
+        let mut up_seps = Vec::with_capacity(groups.len());
+        for (gi, g) in groups.iter().enumerate() {
+            page.reset(INDEX_INTERIOR);
+            for j in g.start..g.end - 1 {
+                cell.clear();
+                cell.extend_from_slice(&children[j].to_be_bytes());
+                put_varint(&mut cell, seps[j].len() as u64);
+                cell.extend_from_slice(&seps[j]);
+                page.push(&cell);
+            }
+            let bytes = page.seal(Some(children[g.end - 1]));
+            if groups.len() == 1 {
+                return file.write_at(root, bytes);
+            }
+            up_children.push(file.append(bytes)?);
+            if gi + 1 < groups.len() {
+                up_seps.push(std::mem::take(&mut seps[g.end - 1]));
+            }
+        }
+        children = up_children;
+        seps = up_seps;
     }
 }
 
@@ -820,6 +952,69 @@ mod tests {
             // The header's change counter and page count are the close's own.
             assert_eq!(got[100..], want[100..], "{every}");
             assert_eq!(u32::from_be_bytes(got[28..32].try_into().unwrap()), 22);
+        }
+    }
+
+    /// An index kept by prefix writes the same tree as one of whole entries: prefixes whose
+    /// times come out of order, entries added after a sort, and more prefixes than it keeps.
+    #[test]
+    fn entries_kept_by_prefix_write_the_whole_sorts_tree() {
+        fn write(dir: &std::path::Path, name: &str, finish: impl FnOnce(&mut PageFile)) -> Vec<u8> {
+            let geo = Geometry {
+                page_size: 512,
+                usable: 512,
+                pages: 2,
+            };
+            let path = dir.join(name);
+            std::fs::write(&path, vec![0u8; 2 * 512]).unwrap();
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&path)
+                .unwrap();
+            let mut f = PageFile::new(file, geo);
+            finish(&mut f);
+            f.close().unwrap();
+            std::fs::read(&path).unwrap()
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mut x = 11u64;
+        let mut next = move || {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) as i64
+        };
+        for (case, prefixes) in [(0, 3), (1, 40), (2, MAX_PREFIXES + 5)] {
+            let (mut by_prefix, mut whole) = (PrefixIndex::new(2), IndexTree::new(2));
+            let n = (prefixes * 2).max(5000);
+            for i in 0..n as i64 {
+                let p = if case == 2 {
+                    i % prefixes as i64
+                } else {
+                    next() % prefixes as i64
+                };
+                // Mostly increasing times per prefix, some out of order, some negative.
+                let t = if next() % 10 == 0 {
+                    next() % 1000 - 500
+                } else {
+                    i * 3
+                };
+                let key = [p / 7 - 2, p % 7, t];
+                by_prefix.add(key, i + 1);
+                whole.add(key, i + 1);
+                if i == n as i64 / 2 {
+                    by_prefix.sort();
+                }
+            }
+            let a = write(dir.path(), &format!("p{case}"), |f| {
+                by_prefix.finish(f).unwrap()
+            });
+            let b = write(dir.path(), &format!("w{case}"), |f| {
+                whole.finish(f).unwrap()
+            });
+            assert!(a.len() > 4 * 512, "{case}");
+            assert!(a == b, "case {case}: the trees differ");
         }
     }
 
