@@ -916,26 +916,31 @@ fn write_index<K: IndexKey>(
 mod tests {
     use super::*;
 
-    /// Pages appended with writeback started after every one of them are the file's bytes, as
-    /// without it: the buffer is flushed in order around each start.
-    #[test]
-    fn writeback_leaves_the_pages_as_written() {
-        let dir = tempfile::tempdir().unwrap();
+    /// A scratch file of two 512-byte pages at `path` (a header page and a root), as a page file.
+    fn scratch(path: &std::path::Path) -> PageFile {
         let geo = Geometry {
             page_size: 512,
             usable: 512,
             pages: 2,
         };
+        std::fs::write(path, vec![0u8; 2 * 512]).unwrap();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .unwrap();
+        PageFile::new(file, geo)
+    }
+
+    /// Pages appended with writeback started after every one of them are the file's bytes, as
+    /// without it: the buffer is flushed in order around each start.
+    #[test]
+    fn writeback_leaves_the_pages_as_written() {
+        let dir = tempfile::tempdir().unwrap();
         let mut want = vec![0u8; 2 * 512];
         for every in [512, 3 * 512, WRITEBACK_EVERY] {
             let path = dir.path().join(format!("w{every}"));
-            std::fs::write(&path, vec![0u8; 2 * 512]).unwrap();
-            let file = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(&path)
-                .unwrap();
-            let mut f = PageFile::new(file, geo);
+            let mut f = scratch(&path);
             f.writeback_every = every;
             want.truncate(2 * 512);
             for i in 0..20u8 {
@@ -960,19 +965,8 @@ mod tests {
     #[test]
     fn entries_kept_by_prefix_write_the_whole_sorts_tree() {
         fn write(dir: &std::path::Path, name: &str, finish: impl FnOnce(&mut PageFile)) -> Vec<u8> {
-            let geo = Geometry {
-                page_size: 512,
-                usable: 512,
-                pages: 2,
-            };
             let path = dir.join(name);
-            std::fs::write(&path, vec![0u8; 2 * 512]).unwrap();
-            let file = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(&path)
-                .unwrap();
-            let mut f = PageFile::new(file, geo);
+            let mut f = scratch(&path);
             finish(&mut f);
             f.close().unwrap();
             std::fs::read(&path).unwrap()
