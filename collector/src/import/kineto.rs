@@ -821,7 +821,7 @@ const NO_ARGS: Args<'static> = Args {
     input_types: None,
 };
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, Debug)]
 struct Args<'a> {
     #[serde(rename = "External id", borrow)]
     external_id: Option<Num<'a>>,
@@ -851,7 +851,7 @@ struct Args<'a> {
     input_types: Option<Raw<'a>>,
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, Debug)]
 struct RawEvent<'a> {
     #[serde(borrow)]
     ph: Option<Cow<'a, str>>,

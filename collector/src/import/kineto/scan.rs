@@ -9,6 +9,11 @@
 //! `RawEvent`, so the records and the errors are exactly serde's. The document's outer levels
 //! (the top-level object, `deviceProperties`, the version keys) are a handful of values and go
 //! through serde_json as well.
+//!
+//! Kineto also writes a handful of event layouts (the same keys in the same order, only the
+//! values differing) over and over. The scanner keeps each layout it has read as the bytes
+//! between the values ([`Shapes`]), and reads an event that matches one by comparing those bytes
+//! a word at a time and reading only its values, with the same functions as a key-by-key read.
 
 use std::borrow::Cow;
 
@@ -101,17 +106,6 @@ const POW10: [u64; 9] = [
     100_000_000,
 ];
 
-/// Event keys, as bits, to find a duplicate (serde's derived structs refuse them).
-const PH: u32 = 1;
-const CAT: u32 = 1 << 1;
-const NAME: u32 = 1 << 2;
-const PID: u32 = 1 << 3;
-const TID: u32 = 1 << 4;
-const TS: u32 = 1 << 5;
-const DUR: u32 = 1 << 6;
-const ID: u32 = 1 << 7;
-const ARGS: u32 = 1 << 8;
-
 /// Parses the whole document from `feed` into `sink`.
 ///
 /// The document level (the top-level object, the events array) is read element by element
@@ -203,6 +197,7 @@ fn events(feed: &mut Feed<'_>, i: usize, sink: &mut Sink<'_>) -> Scan<usize> {
     }
     // Whether `j` is after an event (at its separator) rather than at one.
     let mut after_event = false;
+    let mut shapes = Shapes::default();
     loop {
         j = feed.ready(j)?;
         let s = feed.scanner();
@@ -221,7 +216,7 @@ fn events(feed: &mut Feed<'_>, i: usize, sink: &mut Sink<'_>) -> Scan<usize> {
                 if j > refill_at {
                     break None;
                 }
-                j = match s.event(j, &mut event) {
+                j = match shapes.event(&s, j, &mut event) {
                     Some(n) => {
                         sink.event(&event).map_err(ScanError::Sink)?;
                         n
@@ -448,14 +443,48 @@ impl<'a> Scanner<'a> {
     fn int(&self, i: usize) -> Option<(i64, usize)> {
         let neg = self.at(i) == b'-';
         let start = i + neg as usize;
+        // Up to fifteen digits from two words; longer numbers, and those at the window's end, a
+        // byte at a time.
+        let Some(word) = self.word(start) else {
+            return self.int_bytes(i);
+        };
+        let n = leading_digits(word);
+        if n == 0 {
+            return None;
+        }
+        let (n, v) = if n < 8 {
+            (n, first_digits(word, n))
+        } else {
+            let Some(next) = self.word(start + 8) else {
+                return self.int_bytes(i);
+            };
+            let high = eight_digits(word);
+            match leading_digits(next) {
+                0 => (8, high),
+                8 => return self.int_bytes(i),
+                m => (8 + m, high * POW10[m] + first_digits(next, m)),
+            }
+        };
+        let v = v as i64;
+        let j = start + n;
+        if (n > 1 && self.b[start] == b'0') || matches!(self.at(j), b'.' | b'e' | b'E') {
+            return None;
+        }
+        Some((if neg { -v } else { v }, j))
+    }
+
+    /// [`Scanner::int`] a byte at a time.
+    fn int_bytes(&self, i: usize) -> Option<(i64, usize)> {
+        let neg = self.at(i) == b'-';
+        let start = i + neg as usize;
         let mut j = start;
         let mut v: i64 = 0;
         while let c @ b'0'..=b'9' = self.at(j) {
-            v = v * 10 + (c - b'0') as i64;
-            j += 1;
-            if j - start > 18 {
+            if j - start == 18 {
                 return None;
             }
+            v = v * 10 + (c - b'0') as i64;
+            j += 1;
         }
         let digits = j - start;
         if digits == 0
@@ -465,6 +494,28 @@ impl<'a> Scanner<'a> {
             return None;
         }
         Some((if neg { -v } else { v }, j))
+    }
+
+    /// The eight bytes from `j` as a little-endian word, where the window holds them.
+    #[inline]
+    fn word(&self, j: usize) -> Option<u64> {
+        Some(u64::from_le_bytes(self.b.get(j..j + 8)?.try_into().ok()?))
+    }
+
+    /// The end of the run of ASCII digits from `j`, eight bytes at a time.
+    #[inline]
+    fn digits_end(&self, mut j: usize) -> usize {
+        while let Some(word) = self.word(j) {
+            let n = leading_digits(word);
+            j += n;
+            if n < 8 {
+                return j;
+            }
+        }
+        while self.at(j).is_ascii_digit() {
+            j += 1;
+        }
+        j
     }
 
     /// A field read as [`Num`]: an integer, a string, a boolean or `null`.
@@ -602,11 +653,7 @@ impl<'a> Scanner<'a> {
         let mut j = i + (self.at(i) == b'-') as usize;
         match self.at(j) {
             b'0' => j += 1,
-            b'1'..=b'9' => {
-                while self.at(j).is_ascii_digit() {
-                    j += 1;
-                }
-            }
+            b'1'..=b'9' => j = self.digits_end(j),
             _ => return None,
         }
         if self.at(j) == b'.' {
@@ -614,9 +661,7 @@ impl<'a> Scanner<'a> {
             if !self.at(j).is_ascii_digit() {
                 return None;
             }
-            while self.at(j).is_ascii_digit() {
-                j += 1;
-            }
+            j = self.digits_end(j);
         }
         if matches!(self.at(j), b'e' | b'E') {
             j += 1;
@@ -626,56 +671,90 @@ impl<'a> Scanner<'a> {
             if !self.at(j).is_ascii_digit() {
                 return None;
             }
-            while self.at(j).is_ascii_digit() {
-                j += 1;
-            }
+            j = self.digits_end(j);
         }
         Some(j)
     }
 
-    /// The end of any value, checked as serde_json checks a value it ignores.
+    /// The end of any value, checked as serde_json checks a value it ignores; containers
+    /// nest at most to `MAX_DEPTH` counting from `depth`.
     fn skip(&self, i: usize, depth: u32) -> Option<usize> {
+        if !matches!(self.at(i), b'[' | b'{') {
+            return self.scalar_end(i);
+        }
+        // One loop over the nesting rather than a call per value: the open containers as
+        // bits, an object's 1.
+        let mut open = 0u32;
+        let mut objects = 0u64;
+        let mut j = i;
+        loop {
+            // At a value.
+            let c = self.at(j);
+            if c == b'[' || c == b'{' {
+                if depth + open >= MAX_DEPTH {
+                    return None;
+                }
+                open += 1;
+                objects = objects << 1 | u64::from(c == b'{');
+                j = self.ws(j + 1);
+                if self.at(j) == if c == b'[' { b']' } else { b'}' } {
+                    j += 1;
+                    open -= 1;
+                    objects >>= 1;
+                } else {
+                    if c == b'{' {
+                        j = self.key(j)?;
+                    }
+                    continue;
+                }
+            } else {
+                j = self.scalar_end(j)?;
+            }
+            // After a value: its container's separator or end.
+            loop {
+                if open == 0 {
+                    return Some(j);
+                }
+                j = self.ws(j);
+                let object = objects & 1 == 1;
+                match self.at(j) {
+                    b',' => {
+                        j = self.ws(j + 1);
+                        if object {
+                            j = self.key(j)?;
+                        }
+                        break;
+                    }
+                    b']' if !object => {}
+                    b'}' if object => {}
+                    _ => return None,
+                }
+                j += 1;
+                open -= 1;
+                objects >>= 1;
+            }
+        }
+    }
+
+    /// A member's key and colon from `j` (its quote), and the byte of its value.
+    #[inline]
+    fn key(&self, j: usize) -> Option<usize> {
+        if self.at(j) != b'"' {
+            return None;
+        }
+        let j = self.ws(self.str_end(j + 1)? + 1);
+        (self.at(j) == b':').then(|| self.ws(j + 1))
+    }
+
+    /// The end of a string, number or literal.
+    #[inline]
+    fn scalar_end(&self, i: usize) -> Option<usize> {
         match self.at(i) {
             b'"' => Some(self.str_end(i + 1)? + 1),
             b'-' | b'0'..=b'9' => self.number_end(i),
             b't' => self.literal(i, b"true"),
             b'f' => self.literal(i, b"false"),
             b'n' => self.literal(i, b"null"),
-            b'[' if depth < MAX_DEPTH => {
-                let mut j = self.ws(i + 1);
-                if self.at(j) == b']' {
-                    return Some(j + 1);
-                }
-                loop {
-                    j = self.ws(self.skip(j, depth + 1)?);
-                    match self.at(j) {
-                        b',' => j = self.ws(j + 1),
-                        b']' => return Some(j + 1),
-                        _ => return None,
-                    }
-                }
-            }
-            b'{' if depth < MAX_DEPTH => {
-                let mut j = self.ws(i + 1);
-                if self.at(j) == b'}' {
-                    return Some(j + 1);
-                }
-                loop {
-                    if self.at(j) != b'"' {
-                        return None;
-                    }
-                    j = self.ws(self.str_end(j + 1)? + 1);
-                    if self.at(j) != b':' {
-                        return None;
-                    }
-                    j = self.ws(self.skip(self.ws(j + 1), depth + 1)?);
-                    match self.at(j) {
-                        b',' => j = self.ws(j + 1),
-                        b'}' => return Some(j + 1),
-                        _ => return None,
-                    }
-                }
-            }
             _ => None,
         }
     }
@@ -715,130 +794,695 @@ impl<'a> Scanner<'a> {
     }
 
     /// One event in Kineto's usual shape into `e`, and the byte after it; `None` for serde_json
-    /// to read it.
-    fn event(&self, i: usize, e: &mut RawEvent<'a>) -> Option<usize> {
+    /// to read it. With `layout`, also the field and span of each value it read, in order.
+    fn event(
+        &self,
+        i: usize,
+        e: &mut RawEvent<'a>,
+        mut layout: Option<&mut Vec<(Field, usize, usize)>>,
+    ) -> Option<usize> {
         *e = RawEvent::default();
         let mut seen = 0u32;
-        let end = self.members(i, |key, j| {
-            let bit = match key {
-                b"ph" => PH,
-                b"cat" => CAT,
-                b"name" => NAME,
-                b"pid" => PID,
-                b"tid" => TID,
-                b"ts" => TS,
-                b"dur" => DUR,
-                b"id" => ID,
-                b"args" => ARGS,
-                _ => return self.skip(j, 1),
-            };
-            if seen & bit != 0 {
-                return None;
+        self.members(i, |key, j| {
+            let field = Field::top(key);
+            if let Some(bit) = field.bit() {
+                if seen & bit != 0 {
+                    return None;
+                }
+                seen |= bit;
             }
-            seen |= bit;
-            match bit {
-                PH => self.opt_str(j).map(|(v, n)| {
-                    e.ph = v;
-                    n
-                }),
-                CAT => self.opt_str(j).map(|(v, n)| {
-                    e.cat = v;
-                    n
-                }),
-                NAME => self.opt_str(j).map(|(v, n)| {
-                    e.name = v;
-                    n
-                }),
-                PID => self.opt_num(j).map(|(v, n)| {
-                    e.pid = v;
-                    n
-                }),
-                TID => self.opt_num(j).map(|(v, n)| {
-                    e.tid = v;
-                    n
-                }),
-                ID => self.opt_num(j).map(|(v, n)| {
-                    e.id = v;
-                    n
-                }),
-                TS => self.opt_time(j).map(|(v, ns, n)| {
-                    e.ts = v;
-                    e.ts_ns = ns;
-                    n
-                }),
-                DUR => self.opt_time(j).map(|(v, ns, n)| {
-                    e.dur = v;
-                    e.dur_ns = ns;
-                    n
-                }),
-                _ if self.at(j) == b'n' => self.literal(j, b"null"),
-                _ => self.args(j, e.args.insert(Args::default())),
+            if field != Field::Args {
+                let n = self.read(field, j, e)?;
+                if let Some(l) = layout.as_deref_mut() {
+                    l.push((field, j, n));
+                }
+                return Some(n);
             }
-        })?;
-        Some(end)
+            if self.at(j) == b'n' {
+                return self.literal(j, b"null");
+            }
+            e.args = Some(Args::default());
+            let mut seen = 0u32;
+            self.members(j, |key, j| {
+                let field = Field::arg(key);
+                if let Some(bit) = field.bit() {
+                    if seen & bit != 0 {
+                        return None;
+                    }
+                    seen |= bit;
+                }
+                let n = self.read(field, j, e)?;
+                if let Some(l) = layout.as_deref_mut() {
+                    l.push((field, j, n));
+                }
+                Some(n)
+            })
+        })
     }
 
-    /// An event's `args` into `a` (empty), and the byte after them; `None` for serde_json to
-    /// read the event.
-    fn args(&self, i: usize, a: &mut Args<'a>) -> Option<usize> {
-        let mut seen = 0u32;
-        let end = self.members(i, |key, j| {
-            let bit = match key {
-                b"External id" => 1,
-                b"correlation" => 1 << 1,
-                b"device" => 1 << 2,
-                b"stream" => 1 << 3,
-                b"grid" => 1 << 4,
-                b"block" => 1 << 5,
-                b"registers per thread" => 1 << 6,
-                b"shared memory" => 1 << 7,
-                b"bytes" => 1 << 8,
-                b"kind" => 1 << 9,
-                b"name" => 1 << 10,
-                b"Input Dims" => 1 << 11,
-                b"Input type" => 1 << 12,
-                _ => return self.skip(j, 1),
-            };
-            if seen & bit != 0 {
-                return None;
-            }
-            seen |= bit;
-            let num = match bit {
-                1 => &mut a.external_id,
-                2 => &mut a.correlation,
-                4 => &mut a.device,
-                8 => &mut a.stream,
-                64 => &mut a.registers,
-                128 => &mut a.shared_memory,
-                256 => &mut a.bytes,
-                512 => &mut a.kind,
-                1024 => &mut a.name,
-                16 | 32 => {
-                    let (v, n) = self.opt_triple(j)?;
-                    *(if bit == 16 { &mut a.grid } else { &mut a.block }) = v;
-                    return Some(n);
-                }
-                _ => {
-                    let (v, n) = self.opt_raw(j)?;
-                    *(if bit == 2048 {
-                        &mut a.input_dims
-                    } else {
-                        &mut a.input_types
-                    }) = v;
-                    return Some(n);
-                }
-            };
-            let (v, n) = self.opt_num(j)?;
-            *num = v;
+    /// The value of `field` at `j` into `e` (whose `args` is there for an args field), and the
+    /// byte after it.
+    #[inline]
+    fn read(&self, field: Field, j: usize, e: &mut RawEvent<'a>) -> Option<usize> {
+        let num = |v: &mut Option<Num<'a>>| {
+            let (x, n) = self.opt_num(j)?;
+            *v = x;
             Some(n)
-        })?;
-        Some(end)
+        };
+        let str = |v: &mut Option<Cow<'a, str>>| {
+            let (x, n) = self.opt_str(j)?;
+            *v = x;
+            Some(n)
+        };
+        let raw = |v: &mut Option<Raw<'a>>| {
+            let (x, n) = self.opt_raw(j)?;
+            *v = x;
+            Some(n)
+        };
+        let triple = |v: &mut Option<[i64; 3]>| {
+            let (x, n) = self.opt_triple(j)?;
+            *v = x;
+            Some(n)
+        };
+        let time = |v: &mut Option<Raw<'a>>, ns: &mut Option<i64>| {
+            let (x, t, n) = self.opt_time(j)?;
+            *v = x;
+            *ns = t;
+            Some(n)
+        };
+        match field {
+            Field::Skip => self.skip(j, 1),
+            Field::Ph => str(&mut e.ph),
+            Field::Cat => str(&mut e.cat),
+            Field::Name => str(&mut e.name),
+            Field::Pid => num(&mut e.pid),
+            Field::Tid => num(&mut e.tid),
+            Field::Id => num(&mut e.id),
+            Field::Ts => time(&mut e.ts, &mut e.ts_ns),
+            Field::Dur => time(&mut e.dur, &mut e.dur_ns),
+            // (An event's `args` object is read member by member by the caller.)
+            Field::Args => None,
+            _ => {
+                let a = e.args.as_mut()?;
+                match field {
+                    Field::ExternalId => num(&mut a.external_id),
+                    Field::Correlation => num(&mut a.correlation),
+                    Field::Device => num(&mut a.device),
+                    Field::Stream => num(&mut a.stream),
+                    Field::Grid => triple(&mut a.grid),
+                    Field::Block => triple(&mut a.block),
+                    Field::Registers => num(&mut a.registers),
+                    Field::SharedMemory => num(&mut a.shared_memory),
+                    Field::Bytes => num(&mut a.bytes),
+                    Field::Kind => num(&mut a.kind),
+                    Field::ArgName => num(&mut a.name),
+                    Field::InputDims => raw(&mut a.input_dims),
+                    _ => raw(&mut a.input_types),
+                }
+            }
+        }
+    }
+
+    /// Whether the window holds `lit` at `j`.
+    #[inline]
+    fn lit(&self, j: usize, lit: &Literal) -> bool {
+        let n = lit.len;
+        let Some(s) = self.b.get(j..j + n) else {
+            return false;
+        };
+        match self.b.get(j..j + 8 * lit.words.len()) {
+            // A word at a time, the bytes past the literal masked off in the last.
+            Some(w) => {
+                let mut k = 0;
+                for (x, &want) in w.chunks_exact(8).zip(&lit.words) {
+                    let mut x = u64::from_le_bytes(x.try_into().unwrap_or_default());
+                    k += 8;
+                    if k > n {
+                        x &= u64::MAX >> (8 * (k - n));
+                    }
+                    if x != want {
+                        return false;
+                    }
+                }
+                true
+            }
+            None => s == lit.bytes,
+        }
+    }
+}
+
+/// What a member's value is read into.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Field {
+    /// A value fuseprof does not keep, checked and passed over.
+    Skip,
+    Ph,
+    Cat,
+    Name,
+    Pid,
+    Tid,
+    Ts,
+    Dur,
+    Id,
+    Args,
+    ExternalId,
+    Correlation,
+    Device,
+    Stream,
+    Grid,
+    Block,
+    Registers,
+    SharedMemory,
+    Bytes,
+    Kind,
+    ArgName,
+    InputDims,
+    InputTypes,
+}
+
+impl Field {
+    /// The field of an event's key.
+    #[inline]
+    fn top(key: &[u8]) -> Field {
+        match key {
+            b"ph" => Field::Ph,
+            b"cat" => Field::Cat,
+            b"name" => Field::Name,
+            b"pid" => Field::Pid,
+            b"tid" => Field::Tid,
+            b"ts" => Field::Ts,
+            b"dur" => Field::Dur,
+            b"id" => Field::Id,
+            b"args" => Field::Args,
+            _ => Field::Skip,
+        }
+    }
+
+    /// The field of a key of an event's `args`.
+    #[inline]
+    fn arg(key: &[u8]) -> Field {
+        match key {
+            b"External id" => Field::ExternalId,
+            b"correlation" => Field::Correlation,
+            b"device" => Field::Device,
+            b"stream" => Field::Stream,
+            b"grid" => Field::Grid,
+            b"block" => Field::Block,
+            b"registers per thread" => Field::Registers,
+            b"shared memory" => Field::SharedMemory,
+            b"bytes" => Field::Bytes,
+            b"kind" => Field::Kind,
+            b"name" => Field::ArgName,
+            b"Input Dims" => Field::InputDims,
+            b"Input type" => Field::InputTypes,
+            _ => Field::Skip,
+        }
+    }
+
+    /// Whether the field is a member of an event's `args`.
+    #[inline]
+    fn in_args(self) -> bool {
+        self as u32 >= Field::ExternalId as u32
+    }
+
+    /// The field's bit among those of its object, to find a duplicate key (serde's derived
+    /// structs refuse them); `None` for a value passed over (which may repeat).
+    #[inline]
+    fn bit(self) -> Option<u32> {
+        (self != Field::Skip).then(|| 1 << (self as u32))
+    }
+}
+
+/// The layouts of the events met so far, as a tree: an event's layout is the bytes before each
+/// value it reads (braces, keys, separators, whitespace, an `args` of `null` or `{}`: everything
+/// but the values read), the field of each value, and the bytes after the last one. An event
+/// whose bytes around its values are a known layout's has the same keys in the same order, so
+/// reading only its values gives what [`Scanner::event`] gives: each value is read by the same
+/// function as there. Kineto writes a handful of layouts over and over; the tree shares their
+/// common beginnings, so an event is read in one pass whichever it has.
+pub(super) struct Shapes {
+    /// `nodes[0]` is the root; a node is reached by its literal and read by its field.
+    nodes: Vec<Node>,
+    layout: Vec<(Field, usize, usize)>,
+}
+
+struct Node {
+    lit: Literal,
+    /// `None`: the event ends after `lit`.
+    field: Option<Field>,
+    /// (At an end) whether the event has an `args` object.
+    args: bool,
+    children: Vec<u32>,
+}
+
+/// Nodes kept at most: a trace whose events keep changing their keys stops adding layouts
+/// there, and reads the rest through [`Scanner::event`].
+const MAX_NODES: usize = 4096;
+/// The longest literal kept: an event with more bytes between two values (a long key) keeps
+/// its layout out of the tree, so that the tree stays within a few megabytes.
+const MAX_LITERAL: usize = 256;
+
+impl Default for Shapes {
+    fn default() -> Self {
+        Shapes {
+            nodes: vec![Node {
+                lit: Literal::new(b""),
+                field: None,
+                args: false,
+                children: Vec::new(),
+            }],
+            layout: Vec::new(),
+        }
+    }
+}
+
+impl Shapes {
+    /// One event at `i` into `e` and the byte after it: through a known layout, else through
+    /// [`Scanner::event`], whose layout is then kept; `None` for serde_json to read it.
+    #[inline]
+    pub fn event<'a>(&mut self, s: &Scanner<'a>, i: usize, e: &mut RawEvent<'a>) -> Option<usize> {
+        if let Some(n) = self.walk(s, i, e) {
+            return Some(n);
+        }
+        self.layout.clear();
+        let n = s.event(i, e, Some(&mut self.layout))?;
+        if self.nodes.len() + self.layout.len() < MAX_NODES {
+            self.learn(s, i, n, e.args.is_some());
+        }
+        Some(n)
+    }
+
+    /// Reads the event at `i` down the tree: at each node the first child whose literal is
+    /// next and whose value reads; `None` where none does.
+    #[inline]
+    fn walk<'a>(&mut self, s: &Scanner<'a>, i: usize, e: &mut RawEvent<'a>) -> Option<usize> {
+        *e = RawEvent::default();
+        let mut node = 0;
+        let mut j = i;
+        'down: loop {
+            let children = &self.nodes[node].children;
+            for (k, &c) in children.iter().enumerate() {
+                let child = &self.nodes[c as usize];
+                if !s.lit(j, &child.lit) {
+                    continue;
+                }
+                let at = j + child.lit.len;
+                let Some(field) = child.field else {
+                    if child.args && e.args.is_none() {
+                        e.args = Some(Args::default());
+                    }
+                    return Some(at);
+                };
+                // (A value that does not read leaves `e` as it was: another child may fit.)
+                let fresh = field.in_args() && e.args.is_none();
+                if fresh {
+                    e.args = Some(Args::default());
+                }
+                if let Some(n) = s.read(field, at, e) {
+                    if k > 0 {
+                        // The more common of two siblings drifts first.
+                        self.nodes[node].children.swap(k - 1, k);
+                    }
+                    j = n;
+                    node = c as usize;
+                    continue 'down;
+                }
+                if fresh {
+                    e.args = None;
+                }
+            }
+            return None;
+        }
+    }
+
+    /// Adds the layout of the event [`Scanner::event`] read from `i` to `end` (its values at
+    /// `self.layout`).
+    fn learn(&mut self, s: &Scanner<'_>, i: usize, end: usize, args: bool) {
+        let mut node = 0;
+        let mut at = i;
+        let mut steps = Vec::with_capacity(self.layout.len() + 1);
+        for &(field, from, to) in &self.layout {
+            steps.push((&s.b[at..from], Some(field)));
+            at = to;
+        }
+        steps.push((&s.b[at..end], None));
+        if steps.iter().any(|(lit, _)| lit.len() > MAX_LITERAL) {
+            return;
+        }
+        for (lit, field) in steps {
+            let lit = Literal::new(lit);
+            let found = self.nodes[node].children.iter().copied().find(|&c| {
+                let n = &self.nodes[c as usize];
+                n.lit == lit && n.field == field && (field.is_some() || n.args == args)
+            });
+            node = match found {
+                Some(c) => c as usize,
+                None => {
+                    self.nodes.push(Node {
+                        lit,
+                        field,
+                        args,
+                        children: Vec::new(),
+                    });
+                    let c = self.nodes.len() - 1;
+                    self.nodes[node].children.push(c as u32);
+                    c
+                }
+            };
+        }
+    }
+}
+
+/// Bytes an event must hold at some point, kept as little-endian words for
+/// [`Scanner::lit`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Literal {
+    words: Vec<u64>,
+    bytes: Vec<u8>,
+    len: usize,
+}
+
+impl Literal {
+    fn new(bytes: &[u8]) -> Literal {
+        let words = bytes
+            .chunks(8)
+            .map(|c| {
+                let mut w = [0u8; 8];
+                w[..c.len()].copy_from_slice(c);
+                u64::from_le_bytes(w)
+            })
+            .collect();
+        Literal {
+            words,
+            bytes: bytes.to_vec(),
+            len: bytes.len(),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Integers read from words read as the byte loop reads them, and end where it ends.
+    #[test]
+    fn word_integers_match_the_byte_loop() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for _ in 0..50_000 {
+            let mut t = String::new();
+            if next().is_multiple_of(5) {
+                t.push('-');
+            }
+            for k in 0..next() % 22 {
+                let d = if k == 0 && next().is_multiple_of(6) {
+                    0
+                } else {
+                    next() % 10
+                };
+                t.push(char::from(b'0' + d as u8));
+            }
+            t.push_str(["", ",", "}", ".5", "e2", "E", "x", " ", "]"][next() as usize % 9]);
+            // Some padding after, so that both short windows and long ones are read.
+            for pad in ["", "0123456789abcdef"] {
+                let doc = format!("{t}{pad}");
+                let s = Scanner::new(&doc);
+                assert_eq!(s.int(0), s.int_bytes(0), "{doc:?}");
+                let bytes = number_end_bytes(&s, 0);
+                assert_eq!(s.number_end(0), bytes, "{doc:?}");
+            }
+        }
+    }
+
+    /// The end of any value by recursion (the reference for `skip`).
+    fn skip_rec(s: &Scanner<'_>, i: usize, depth: u32) -> Option<usize> {
+        match s.at(i) {
+            b'[' if depth < MAX_DEPTH => {
+                let mut j = s.ws(i + 1);
+                if s.at(j) == b']' {
+                    return Some(j + 1);
+                }
+                loop {
+                    j = s.ws(skip_rec(s, j, depth + 1)?);
+                    match s.at(j) {
+                        b',' => j = s.ws(j + 1),
+                        b']' => return Some(j + 1),
+                        _ => return None,
+                    }
+                }
+            }
+            b'{' if depth < MAX_DEPTH => {
+                let mut j = s.ws(i + 1);
+                if s.at(j) == b'}' {
+                    return Some(j + 1);
+                }
+                loop {
+                    if s.at(j) != b'"' {
+                        return None;
+                    }
+                    j = s.ws(s.str_end(j + 1)? + 1);
+                    if s.at(j) != b':' {
+                        return None;
+                    }
+                    j = s.ws(skip_rec(s, s.ws(j + 1), depth + 1)?);
+                    match s.at(j) {
+                        b',' => j = s.ws(j + 1),
+                        b'}' => return Some(j + 1),
+                        _ => return None,
+                    }
+                }
+            }
+            b'[' | b'{' => None,
+            _ => s.scalar_end(i),
+        }
+    }
+
+    /// Values skipped in one loop end where the recursion ends them, or are refused alike:
+    /// random nestings of every kind of value, cut and altered at every byte, and nestings
+    /// around the depth limit.
+    #[test]
+    fn skipping_a_value_ends_where_the_recursion_does() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        fn value(next: &mut dyn FnMut() -> u64, depth: u32, out: &mut String) {
+            let ws = |next: &mut dyn FnMut() -> u64, out: &mut String| {
+                if next().is_multiple_of(4) {
+                    out.push(' ');
+                }
+            };
+            match next() % if depth > 4 { 5 } else { 7 } {
+                0 => out.push_str("\"ab\\\"c\""),
+                1 => out.push_str(["0", "-12", "3.25", "1e5", "2E-3", "10"][next() as usize % 6]),
+                2 => out.push_str(["true", "false", "null"][next() as usize % 3]),
+                3 => out.push_str("\"x\""),
+                4 => out.push_str("17"),
+                5 => {
+                    out.push('[');
+                    for k in 0..next() % 4 {
+                        if k > 0 {
+                            out.push(',');
+                        }
+                        ws(next, out);
+                        value(next, depth + 1, out);
+                        ws(next, out);
+                    }
+                    out.push(']');
+                }
+                _ => {
+                    out.push('{');
+                    for k in 0..next() % 4 {
+                        if k > 0 {
+                            out.push(',');
+                        }
+                        ws(next, out);
+                        out.push_str(&format!("\"k{k}\""));
+                        ws(next, out);
+                        out.push(':');
+                        ws(next, out);
+                        value(next, depth + 1, out);
+                    }
+                    out.push('}');
+                }
+            }
+        }
+        let mut docs = Vec::new();
+        for _ in 0..3000 {
+            let mut v = String::new();
+            value(&mut next, 0, &mut v);
+            docs.push(format!("{v},"));
+        }
+        for n in [62, 63, 64, 65] {
+            docs.push(format!("{}1{}", "[".repeat(n), "]".repeat(n)));
+            docs.push(format!(
+                "{}{}",
+                "{\"a\":[".repeat(n / 2),
+                "]}".repeat(n / 2)
+            ));
+        }
+        let alter = [b' ', b',', b']', b'}', b'"', b':', b'[', b'{', b'1', b'x'];
+        for (d, doc) in docs.iter().enumerate() {
+            let bytes = doc.as_bytes();
+            let mut variants = vec![doc.clone()];
+            if d % 10 == 0 {
+                for cut in 0..bytes.len() {
+                    variants.push(String::from_utf8_lossy(&bytes[..cut]).into_owned());
+                    let mut b = bytes.to_vec();
+                    b[cut] = alter[(cut + d) % alter.len()];
+                    variants.push(String::from_utf8_lossy(&b).into_owned());
+                }
+            }
+            for v in &variants {
+                let s = Scanner::new(v);
+                for depth in [0, 1] {
+                    assert_eq!(s.skip(0, depth), skip_rec(&s, 0, depth), "{v:?} {depth}");
+                }
+            }
+        }
+    }
+
+    /// The end of a number a byte at a time (the reference for `number_end`).
+    fn number_end_bytes(s: &Scanner<'_>, i: usize) -> Option<usize> {
+        let digits = |mut j: usize| {
+            while s.at(j).is_ascii_digit() {
+                j += 1;
+            }
+            j
+        };
+        let mut j = i + (s.at(i) == b'-') as usize;
+        match s.at(j) {
+            b'0' => j += 1,
+            b'1'..=b'9' => j = digits(j),
+            _ => return None,
+        }
+        if s.at(j) == b'.' {
+            j += 1;
+            if !s.at(j).is_ascii_digit() {
+                return None;
+            }
+            j = digits(j);
+        }
+        if matches!(s.at(j), b'e' | b'E') {
+            j += 1;
+            if matches!(s.at(j), b'+' | b'-') {
+                j += 1;
+            }
+            if !s.at(j).is_ascii_digit() {
+                return None;
+            }
+            j = digits(j);
+        }
+        Some(j)
+    }
+
+    /// Events read through the layouts learned so far read as [`Scanner::event`] reads them,
+    /// and are refused where it refuses them: every event of the Kineto fixtures, and variants
+    /// that keep a learned layout's keys but change a value's type, the whitespace, an escape,
+    /// `args` (null, empty, absent) or repeat a key, met in several orders.
+    #[test]
+    fn layouts_read_what_the_scanner_reads() {
+        let mut events: Vec<String> = Vec::new();
+        for f in fuseprof_fixtures::KINETO {
+            let raw = std::fs::read(fuseprof_fixtures::path(f)).unwrap();
+            let text = super::super::whole_text(std::path::Path::new(f), &raw).unwrap();
+            let doc: serde_json::Value = serde_json::from_slice(&text).unwrap();
+            let list = doc["traceEvents"].as_array().unwrap();
+            // A spread of each fixture's events (all of a small one).
+            let step = (list.len() / 3000).max(1);
+            for e in list.iter().step_by(step) {
+                events.push(serde_json::to_string(e).unwrap());
+            }
+        }
+        let base = events.len();
+        let mut variants = Vec::new();
+        for (k, e) in events.iter().enumerate().step_by(7) {
+            let v = match k % 6 {
+                0 => e.replacen("\":", "\": ", 1),
+                1 => match e.find(|c: char| c.is_ascii_digit()) {
+                    Some(d) => format!("{}.5{}", &e[..d + 1], &e[d + 1..]),
+                    None => continue,
+                },
+                2 => e.replacen("\"name\":\"", "\"name\":\"\\u0041", 1),
+                3 => e.replacen("\"cat\":", "\"cat\":\"x\",\"cat\":", 1),
+                4 => e.replacen("\"ph\":\"X\"", "\"ph\":null", 1),
+                _ => e.replacen(",\"", " , \"", 1),
+            };
+            variants.push(v);
+        }
+        events.extend(variants);
+        events.extend(
+            [
+                r#"{"args":null,"cat":"cpu_op","dur":1,"name":"a","ph":"X","pid":1,"tid":1,"ts":1}"#,
+                r#"{"args":{},"cat":"cpu_op","dur":1,"name":"a","ph":"X","pid":1,"tid":1,"ts":1}"#,
+                r#"{"cat":"cpu_op","dur":1,"name":"a","ph":"X","pid":1,"tid":1,"ts":1}"#,
+                r#"{"args":{"External id":1,"External id":2},"cat":"cpu_op","ph":"X","ts":1}"#,
+                r#"{"args":{"External id":"7"},"cat":"cpu_op","ph":"X","ts":1}"#,
+                r#"{"args":{"External id":7},"cat":"cpu_op","ph":"X","ts":1e3}"#,
+                r#"{"args":{"External id":7},"cat":"cpu_op","ph":"X","ts":1}"#,
+                r#"{"args":{"External id":7,"grid":[1,2,3]},"ph":"X","ts":1}"#,
+                r#"{"args":{"External id":7,"grid":[1,2]},"ph":"X","ts":1}"#,
+                r#"{"args":{"External id":7,"grid":null},"ph":"X","ts":1}"#,
+                r#"{"args":{"External id":7},"ph":"X","ts":1}"#,
+                r#"{"args":{"External id":7},"ph":"X","ts":1,}"#,
+                r#"{"args":{"External id":7},"ph":"X","ts":1]"#,
+                r#"{"args":{"External id":7},"ph":"X","ts":1"#,
+            ]
+            .map(String::from),
+        );
+        // A key longer than a kept literal: read key by key every time.
+        let long = format!(
+            r#"{{"args":{{"{}":1}},"ph":"X","ts":1}}"#,
+            "k".repeat(MAX_LITERAL)
+        );
+        events.push(long.clone());
+        events.push(long);
+        let mut doc = String::new();
+        let mut at = Vec::new();
+        for e in &events {
+            at.push(doc.len());
+            doc.push_str(e);
+            doc.push('\n');
+        }
+        let s = Scanner::new(&doc);
+        let mut shapes = Shapes::default();
+        let mut learned = 0;
+        for round in 0..4 {
+            let mut order: Vec<usize> = (0..at.len()).collect();
+            match round {
+                0 => {}
+                1 => order.reverse(),
+                _ => order.sort_by_key(|&k| (k * 7919 + round * 104_729) % at.len()),
+            }
+            for k in order {
+                let mut want = RawEvent::default();
+                let mut got = RawEvent::default();
+                let want_end = s.event(at[k], &mut want, None);
+                let got_end = shapes.event(&s, at[k], &mut got);
+                assert_eq!(got_end, want_end, "{}", events[k]);
+                if want_end.is_some() {
+                    assert_eq!(format!("{got:?}"), format!("{want:?}"), "{}", events[k]);
+                }
+            }
+            if round == 0 {
+                learned = shapes.nodes.len();
+            }
+        }
+        // The later rounds met no layout the first did not.
+        assert_eq!(shapes.nodes.len(), learned);
+        assert!(
+            base > 3000 && learned > 20,
+            "{base} events, {learned} nodes"
+        );
+    }
 
     #[test]
     fn digit_words_read_as_the_bytes_say() {
@@ -891,7 +1535,7 @@ mod tests {
         for _ in 0..20_000 {
             let int_len = 1 + next() as usize % 21;
             let mut t = String::new();
-            if next() % 4 == 0 {
+            if next().is_multiple_of(4) {
                 t.push('-');
             }
             for k in 0..int_len {
@@ -913,7 +1557,7 @@ mod tests {
                     }
                 }
             }
-            if next() % 10 == 0 {
+            if next().is_multiple_of(10) {
                 t.push_str(["e3", "E-2", "e+1"][next() as usize % 3]);
             }
             texts.push(t);
