@@ -399,7 +399,19 @@ impl<'n> TreeBuilder<'n> {
             (a.thread(), a.start_ns, b.end_ns).cmp(&(b.thread(), b.start_ns, a.end_ns))
         };
         if !ranges.is_sorted_by(|a, b| order(a, b).is_le()) {
-            ranges.sort_unstable_by(order);
+            ranges = by_thread(ranges, threads.len());
+            // A thread's ranges mostly come in start order already (a trace lists each
+            // thread's events in time order): only those that do not are sorted.
+            let mut from = 0;
+            while from < ranges.len() {
+                let t = ranges[from].thread();
+                let to = from + ranges[from..].partition_point(|r| r.thread() == t);
+                let run = &mut ranges[from..to];
+                if !run.is_sorted_by(|a, b| order(a, b).is_le()) {
+                    run.sort_unstable_by(order);
+                }
+                from = to;
+            }
         }
         let mut parent = vec![NONE; ranges.len()];
         let mut thread_start = vec![0u32; threads.len() + 1];
@@ -461,6 +473,28 @@ impl<'n> TreeBuilder<'n> {
             reversed,
         }
     }
+}
+
+/// `ranges` grouped by thread (thread order, each thread's ranges in the order they came): one
+/// counting pass and one copy, where a sort of the whole would compare every range many times.
+fn by_thread(ranges: Vec<RangeRec>, threads: usize) -> Vec<RangeRec> {
+    let Some(&filler) = ranges.first() else {
+        return ranges;
+    };
+    let mut at = vec![0usize; threads + 1];
+    for r in &ranges {
+        at[r.thread() as usize + 1] += 1;
+    }
+    for t in 1..at.len() {
+        at[t] += at[t - 1];
+    }
+    let mut out = vec![filler; ranges.len()];
+    for r in ranges {
+        let slot = &mut at[r.thread() as usize];
+        out[*slot] = r;
+        *slot += 1;
+    }
+    out
 }
 
 impl Tree {

@@ -750,6 +750,56 @@ fn kernels_without_ranges_are_reported_not_dropped() {
     );
 }
 
+/// Kineto times ops to the microsecond, so an op and the one it calls often share their start
+/// and end; the trace lists the caller first. When a run's ranges come in runs per thread
+/// (not in time order overall), each such pair still nests as listed: the kernels go to the
+/// callee.
+#[test]
+fn ops_with_the_same_times_nest_in_the_order_listed() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("same_times.sqlite");
+    let mut w = Writer::create(&p, CreateOptions::default()).unwrap();
+    let k = w.intern("nvjet_tst_128x64");
+    let (outer, inner, launch_name) = (
+        w.intern("aten::matmul"),
+        w.intern("aten::mm"),
+        w.intern("cudaLaunchKernel"),
+    );
+    for i in 0..400i64 {
+        // Runs of ten pairs per thread, the two threads in turn.
+        let tid = 1 + (i / 10) % 2;
+        let s = 1_000 * i;
+        for name in [outer, inner] {
+            let mut r = Range::new(RangeKind::CpuOp, name, 1, tid, s);
+            r.end_ns = Some(s + 100);
+            w.range(r).unwrap();
+        }
+        w.api_call(ApiCall {
+            api: Api::Runtime,
+            start_ns: s + 10,
+            end_ns: s + 15,
+            pid: 1,
+            tid,
+            correlation_id: Some(i + 1),
+            external_id: None,
+            name: launch_name,
+            return_code: None,
+        })
+        .unwrap();
+        w.kernel(kernel(k, s + 20, s + 30, Some(i + 1))).unwrap();
+    }
+    finish(w);
+    let a = analyze_path(&p).unwrap();
+    check_invariants("same_times", &a, Some(4_000));
+    let by: HashMap<&str, i64> = a
+        .by_op
+        .iter()
+        .map(|r| (r.name.as_str(), r.self_ns))
+        .collect();
+    assert_eq!(by.get("aten::mm"), Some(&4_000), "{by:?}");
+    assert!(by.get("aten::matmul").is_none_or(|&ns| ns == 0), "{by:?}");
+}
+
 #[test]
 fn ranges_that_never_close_and_reversed_times_are_handled() {
     let dir = tempfile::tempdir().unwrap();
