@@ -661,13 +661,18 @@ fn kernel(name: fuseprof_store::StrId, start: i64, end: i64, corr: Option<i64>) 
 }
 
 fn launch(w: &mut Writer, corr: i64, start: i64, name: &str) {
+    launch_on(w, 1, corr, start, name);
+}
+
+/// A launch call of 5 ns on thread `tid` of process 1.
+fn launch_on(w: &mut Writer, tid: i64, corr: i64, start: i64, name: &str) {
     let n = w.intern(name);
     w.api_call(ApiCall {
         api: Api::Runtime,
         start_ns: start,
         end_ns: start + 5,
         pid: 1,
-        tid: 1,
+        tid,
         correlation_id: Some(corr),
         external_id: None,
         name: n,
@@ -760,11 +765,7 @@ fn ops_with_the_same_times_nest_in_the_order_listed() {
     let p = dir.path().join("same_times.sqlite");
     let mut w = Writer::create(&p, CreateOptions::default()).unwrap();
     let k = w.intern("nvjet_tst_128x64");
-    let (outer, inner, launch_name) = (
-        w.intern("aten::matmul"),
-        w.intern("aten::mm"),
-        w.intern("cudaLaunchKernel"),
-    );
+    let (outer, inner) = (w.intern("aten::matmul"), w.intern("aten::mm"));
     for i in 0..400i64 {
         // Runs of ten pairs per thread, the two threads in turn.
         let tid = 1 + (i / 10) % 2;
@@ -774,18 +775,7 @@ fn ops_with_the_same_times_nest_in_the_order_listed() {
             r.end_ns = Some(s + 100);
             w.range(r).unwrap();
         }
-        w.api_call(ApiCall {
-            api: Api::Runtime,
-            start_ns: s + 10,
-            end_ns: s + 15,
-            pid: 1,
-            tid,
-            correlation_id: Some(i + 1),
-            external_id: None,
-            name: launch_name,
-            return_code: None,
-        })
-        .unwrap();
+        launch_on(&mut w, tid, i + 1, s + 10, "cudaLaunchKernel");
         w.kernel(kernel(k, s + 20, s + 30, Some(i + 1))).unwrap();
     }
     finish(w);

@@ -805,39 +805,38 @@ impl<'a> Scanner<'a> {
         let mut seen = 0u32;
         self.members(i, |key, j| {
             let field = Field::top(key);
-            if let Some(bit) = field.bit() {
-                if seen & bit != 0 {
-                    return None;
-                }
-                seen |= bit;
-            }
             if field != Field::Args {
-                let n = self.read(field, j, e)?;
-                if let Some(l) = layout.as_deref_mut() {
-                    l.push((field, j, n));
-                }
-                return Some(n);
+                return self.event_member(field, j, &mut seen, e, &mut layout);
             }
+            field.first_in(&mut seen)?;
             if self.at(j) == b'n' {
                 return self.literal(j, b"null");
             }
             e.args = Some(Args::default());
             let mut seen = 0u32;
             self.members(j, |key, j| {
-                let field = Field::arg(key);
-                if let Some(bit) = field.bit() {
-                    if seen & bit != 0 {
-                        return None;
-                    }
-                    seen |= bit;
-                }
-                let n = self.read(field, j, e)?;
-                if let Some(l) = layout.as_deref_mut() {
-                    l.push((field, j, n));
-                }
-                Some(n)
+                self.event_member(Field::arg(key), j, &mut seen, e, &mut layout)
             })
         })
+    }
+
+    /// The value of member `field` at `j` into `e` (`seen`: the fields met so far in its
+    /// object), noted in `layout`; the byte after it.
+    #[inline]
+    fn event_member(
+        &self,
+        field: Field,
+        j: usize,
+        seen: &mut u32,
+        e: &mut RawEvent<'a>,
+        layout: &mut Option<&mut Vec<(Field, usize, usize)>>,
+    ) -> Option<usize> {
+        field.first_in(seen)?;
+        let n = self.read(field, j, e)?;
+        if let Some(l) = layout.as_deref_mut() {
+            l.push((field, j, n));
+        }
+        Some(n)
     }
 
     /// The value of `field` at `j` into `e` (whose `args` is there for an args field), and the
@@ -1005,11 +1004,19 @@ impl Field {
         self as u32 >= Field::ExternalId as u32
     }
 
-    /// The field's bit among those of its object, to find a duplicate key (serde's derived
-    /// structs refuse them); `None` for a value passed over (which may repeat).
+    /// Marks the field as met in its object (`seen`); `None` when it was already: serde's
+    /// derived structs refuse a duplicate key. A value passed over may repeat.
     #[inline]
-    fn bit(self) -> Option<u32> {
-        (self != Field::Skip).then(|| 1 << (self as u32))
+    fn first_in(self, seen: &mut u32) -> Option<()> {
+        if self == Field::Skip {
+            return Some(());
+        }
+        let bit = 1 << (self as u32);
+        if *seen & bit != 0 {
+            return None;
+        }
+        *seen |= bit;
+        Some(())
     }
 }
 
