@@ -905,7 +905,7 @@ impl<'a> Scanner<'a> {
     /// Whether the window holds `lit` at `j`.
     #[inline]
     fn lit(&self, j: usize, lit: &Literal) -> bool {
-        let n = lit.len;
+        let n = lit.bytes.len();
         let Some(s) = self.b.get(j..j + n) else {
             return false;
         };
@@ -925,7 +925,7 @@ impl<'a> Scanner<'a> {
                 }
                 true
             }
-            None => s == lit.bytes,
+            None => *s == *lit.bytes,
         }
     }
 }
@@ -1093,7 +1093,7 @@ impl Shapes {
                 if !s.lit(j, &child.lit) {
                     continue;
                 }
-                let at = j + child.lit.len;
+                let at = j + child.lit.bytes.len();
                 let Some(field) = child.field else {
                     if child.args && e.args.is_none() {
                         e.args = Some(Args::default());
@@ -1160,13 +1160,12 @@ impl Shapes {
     }
 }
 
-/// Bytes an event must hold at some point, kept as little-endian words for
-/// [`Scanner::lit`].
+/// Bytes an event must hold at some point, and the same as little-endian words (the last one
+/// padded with zeros) for [`Scanner::lit`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Literal {
-    words: Vec<u64>,
-    bytes: Vec<u8>,
-    len: usize,
+    bytes: Box<[u8]>,
+    words: Box<[u64]>,
 }
 
 impl Literal {
@@ -1180,9 +1179,8 @@ impl Literal {
             })
             .collect();
         Literal {
+            bytes: bytes.into(),
             words,
-            bytes: bytes.to_vec(),
-            len: bytes.len(),
         }
     }
 }
