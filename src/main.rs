@@ -495,6 +495,9 @@ fn run(command: Command) -> Result<ExitCode> {
             format,
             force,
         } => {
+            if !fuseprof_store::keep_freed_memory() {
+                tracing::debug!("the C allocator keeps its own settings");
+            }
             let options = ImportOptions {
                 progress: Some(Default::default()),
                 jobs: None,

@@ -59,5 +59,43 @@ pub fn usable_cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// Sets the C allocator up for a process that writes a run and then reads it back (`import`):
+/// one arena for all its threads, and memory freed kept in the process (neither returned at the
+/// top of the heap nor mapped apart below 32 MB). The summaries that end an import then reuse
+/// the pages that the import's buffers were given, instead of the kernel mapping and zeroing
+/// fresh ones: about a third fewer page faults. Call it before any thread starts. The cost is a
+/// peak that stays at its high-water mark until the process ends, so long-lived commands (the
+/// explorer) do not call it. Returns whether the C library took every setting (false where it
+/// is not glibc, which is left as it is).
+pub fn keep_freed_memory() -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // 32 MB: the largest mapping threshold glibc would pick by itself.
+        const SETTINGS: [(libc::c_int, libc::c_int); 3] = [
+            (libc::M_ARENA_MAX, 1),
+            (libc::M_MMAP_THRESHOLD, 32 << 20),
+            (libc::M_TRIM_THRESHOLD, libc::c_int::MAX),
+        ];
+        // SAFETY: mallopt only changes glibc's allocation policy; it returns 0 for a setting
+        // it refuses.
+        SETTINGS
+            .iter()
+            .all(|&(param, value)| unsafe { libc::mallopt(param, value) } == 1)
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        false
+    }
+}
+
+#[cfg(all(test, target_os = "linux", target_env = "gnu"))]
+mod tests {
+    /// glibc takes every setting (mallopt returns 0 for a parameter or value it refuses).
+    #[test]
+    fn glibc_takes_the_allocator_settings() {
+        assert!(super::keep_freed_memory());
+    }
+}
+
 /// The schema version this build writes and the newest it reads.
 pub const SCHEMA_VERSION: i64 = 3;
