@@ -24,11 +24,19 @@ fi
 copies=${1:-420}
 nsys_copies=${2:-64}
 work=${BENCH_DIR:-$(mktemp -d)}
-cargo build --release -q -p fuseprof --bin fuseprof
-cargo build --release -q -p fuseprof-collector --example gen_kineto --example gen_nsys
+mkdir -p "$work"
 target=${CARGO_TARGET_DIR:-target}
 # FUSEPROF_BIN: another build to measure (e.g. the one before a change) on the same inputs.
+# GEN_DIR: where gen_kineto and gen_nsys are. With both given, nothing is built: a machine
+# without a Rust toolchain (the GPU host) runs the benchmark on binaries built elsewhere.
 bin=${FUSEPROF_BIN:-$target/release/fuseprof}
+gen=${GEN_DIR:-$target/release/examples}
+# GNU time where it is installed, else a stand-in that prints the lines read below.
+if [ -x /usr/bin/time ]; then timer=(/usr/bin/time); else timer=(python3 bench/time.py); fi
+if [ -z "${FUSEPROF_BIN:-}" ] || [ -z "${GEN_DIR:-}" ]; then
+  cargo build --release -q -p fuseprof --bin fuseprof
+  cargo build --release -q -p fuseprof-collector --example gen_kineto --example gen_nsys
+fi
 
 # best_of LABEL CPUS INPUT...: imports INPUT... REPEAT times (default 3) on CPUS (runs of one
 # build vary here) and prints the fastest run by wall time as
@@ -38,7 +46,7 @@ best_of() {
   shift 2
   for ((k = 0; k < ${REPEAT:-3}; k++)); do
     rm -f "$out"
-    taskset -c "$cpus" /usr/bin/time -v "$bin" import "$@" -o "$out" 2> "$log" || { cat "$log" >&2; exit 1; }
+    taskset -c "$cpus" "${timer[@]}" -v "$bin" import "$@" -o "$out" 2> "$log" || { cat "$log" >&2; exit 1; }
     # One file's source events, or the events of a job's ranks.
     events=$(grep -o 'from [0-9]* source events' "$log" | grep -o '[0-9]*' \
       || grep -o 'ranks: [0-9]* kernels, [0-9]* events' "$log" | grep -o '[0-9]* events' | grep -o '[0-9]*')
@@ -66,7 +74,7 @@ if [ "$mode" = ranks ]; then
       1) src=fixtures/kineto/hta_trace_filter_sampled_rank-1.json.gz ;;
     esac
     f=$work/job-x$copies-rank-$r.json
-    [ -f "$f" ] || $target/release/examples/gen_kineto "$src" "$copies" "$f" 2> /dev/null
+    [ -f "$f" ] || $gen/gen_kineto "$src" "$copies" "$f" 2> /dev/null
     inputs+=("$f")
     size_mb=$(awk -v a="$size_mb" -v b="$(stat -c %s "$f")" 'BEGIN {print a + b/1e6}')
   done
@@ -82,11 +90,11 @@ if [ "$mode" = ranks ]; then
 fi
 src=fixtures/kineto/hta_timeline_analysis_sampled_rank-0.json.gz
 big=$work/kineto-big.json
-[ -f "$big" ] || $target/release/examples/gen_kineto "$src" "$copies" "$big"
+[ -f "$big" ] || $gen/gen_kineto "$src" "$copies" "$big"
 [ -f "$big.gz" ] || gzip -kf -1 "$big"
 nsys_src=fixtures/nsys/nsysai_mfu_2gpu_before.sqlite
 nsys_big=$work/nsys-big.sqlite
-[ -f "$nsys_big" ] || $target/release/examples/gen_nsys "$nsys_src" "$nsys_copies" "$nsys_big"
+[ -f "$nsys_big" ] || $gen/gen_nsys "$nsys_src" "$nsys_copies" "$nsys_big"
 
 row() { # label input cpus
   local label=$1 input=$2 cpus=$3 best secs cpu rss_kb events sum_s size_mb
