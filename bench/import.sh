@@ -116,7 +116,7 @@ nsys_big=$work/nsys-big.sqlite
 [ -f "$nsys_big" ] || $gen/gen_nsys "$nsys_src" "$nsys_copies" "$nsys_big"
 
 row() { # label input cpus
-  local label=$1 input=$2 cpus=$3 best secs cpu rss_kb events sum_s size_mb
+  local label=$1 input=$2 cpus=$3 bests secs cpu rss_kb events sum_s size_mb
   # The input read once first, so that the row times the import and not the disk.
   cat "$input" > /dev/null
   mapfile -t bests < <(best_of "$label" "$cpus" "$input")

@@ -76,11 +76,13 @@ pub fn keep_freed_memory() -> bool {
             (libc::M_MMAP_THRESHOLD, 32 << 20),
             (libc::M_TRIM_THRESHOLD, libc::c_int::MAX),
         ];
-        // SAFETY: mallopt only changes glibc's allocation policy; it returns 0 for a setting
-        // it refuses.
-        SETTINGS
-            .iter()
-            .all(|&(param, value)| unsafe { libc::mallopt(param, value) } == 1)
+        // Every setting is made, whether or not one before it was refused.
+        SETTINGS.iter().fold(true, |all_taken, &(param, value)| {
+            // SAFETY: mallopt only changes glibc's allocation policy; it returns 0 for a
+            // setting it refuses.
+            let taken = unsafe { libc::mallopt(param, value) } == 1;
+            all_taken && taken
+        })
     }
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     {
