@@ -555,12 +555,17 @@ impl<'f> TableCursor<'f> {
 
     /// A TEXT value that is UTF-8; `None` for NULL, any other storage class and bad UTF-8.
     pub fn text(&self, i: usize) -> Option<&str> {
+        std::str::from_utf8(self.text_bytes(i)?).ok()
+    }
+
+    /// A TEXT column's bytes, not checked as UTF-8; `None` as for [`TableCursor::text`] but for
+    /// bytes that are not UTF-8.
+    pub fn text_bytes(&self, i: usize) -> Option<&[u8]> {
         let (t, o) = self.slot(i)?;
         if t < 13 || t % 2 == 0 {
             return None;
         }
-        let b = self.rec().get(o..o + ((t - 13) / 2) as usize)?;
-        std::str::from_utf8(b).ok()
+        self.rec().get(o..o + ((t - 13) / 2) as usize)
     }
 }
 

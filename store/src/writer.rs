@@ -132,8 +132,9 @@ pub struct Writer {
     /// Batches the writer thread has emptied, to fill again.
     spare: Receiver<Batch>,
     thread: Option<JoinHandle<Result<()>>>,
-    // Interning runs once per event with long kernel names: a fast hash matters here.
-    strings: FxHashMap<Box<str>, StrId>,
+    // Interning runs once per event with long kernel names: a fast hash matters here. Keyed
+    // by bytes, so that `intern_utf8` finds a string it was given before without checking it.
+    strings: FxHashMap<Box<[u8]>, StrId>,
     last_thread: Option<(i64, i64)>,
     batch: Batch,
     counts: Counts,
@@ -212,13 +213,25 @@ impl Writer {
 
     /// The id of `s` in the run's string table, adding it on first sight.
     pub fn intern(&mut self, s: &str) -> StrId {
-        if let Some(&id) = self.strings.get(s) {
-            return id;
+        match self.strings.get(s.as_bytes()) {
+            Some(&id) => id,
+            None => self.add_string(s),
         }
+    }
+
+    /// [`Writer::intern`] for bytes read from a source that says they are UTF-8 text: they are
+    /// checked only the first time they are seen; `None` when they are not UTF-8.
+    pub fn intern_utf8(&mut self, b: &[u8]) -> Option<StrId> {
+        match self.strings.get(b) {
+            Some(&id) => Some(id),
+            None => Some(self.add_string(std::str::from_utf8(b).ok()?)),
+        }
+    }
+
+    fn add_string(&mut self, s: &str) -> StrId {
         let id = StrId(self.strings.len() as i64 + 1);
-        let owned: Box<str> = s.into();
-        self.strings.insert(owned.clone(), id);
-        self.batch.strings.push((id.0, owned));
+        self.strings.insert(s.as_bytes().into(), id);
+        self.batch.strings.push((id.0, s.into()));
         self.counts.strings += 1;
         id
     }

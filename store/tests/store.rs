@@ -639,3 +639,27 @@ fn an_unindexed_run_has_the_rows_and_no_event_indexes() {
     );
     assert_eq!(indexes, Vec::<String>::new());
 }
+
+/// Interning bytes gives a string given before as text its id without a second entry, checks
+/// bytes met for the first time as UTF-8, and refuses bytes that are not.
+#[test]
+fn interned_bytes_share_ids_with_text_and_refuse_non_utf8() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run.sqlite");
+    let mut w = Writer::create(&path, CreateOptions::default()).unwrap();
+    let mm = w.intern("aten::mm");
+    assert_eq!(w.intern_utf8(b"aten::mm"), Some(mm));
+    let arrow = w.intern_utf8("a \u{2192} b".as_bytes()).unwrap();
+    assert_ne!(arrow, mm);
+    assert_eq!(w.intern("a \u{2192} b"), arrow);
+    assert_eq!(w.intern_utf8(b"bad \xff byte"), None);
+    assert_eq!(w.intern_utf8(b"cut \xe2\x86"), None);
+    assert_eq!(w.counts().strings, 2);
+    let k = kernel(&mut w, "k", 0);
+    w.kernel(k).unwrap();
+    w.finish(RunInfo::default()).unwrap();
+    let strings = Store::open(&path).unwrap().strings().unwrap();
+    assert_eq!(strings.get(mm), "aten::mm");
+    assert_eq!(strings.get(arrow), "a \u{2192} b");
+    assert_eq!(strings.len(), 3);
+}

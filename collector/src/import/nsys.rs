@@ -104,6 +104,14 @@ impl Row<'_, '_> {
             Row::Page(r) => r.text(i),
         }
     }
+
+    /// A TEXT column's bytes, checked as UTF-8 only where SQL reads them.
+    fn text_bytes(&self, i: usize) -> Option<&[u8]> {
+        match self {
+            Row::Sql(r) => r.text(i).map(str::as_bytes),
+            Row::Page(r) => r.text_bytes(i),
+        }
+    }
 }
 
 /// A statement of a query being stepped: from the pages until they hand over to SQL.
@@ -952,8 +960,9 @@ pub(crate) fn import(
                 }
             };
             let (pid, tid) = split_global_tid(get_i64(r, 3).unwrap_or(0));
-            let name = match r.text(8) {
-                Some(t) => w.intern(t),
+            // (Most ranges repeat a name: its bytes are checked as UTF-8 when first met.)
+            let name = match r.text_bytes(8).and_then(|t| w.intern_utf8(t)) {
+                Some(id) => id,
                 None => names
                     .get(&mut w, get_i64(r, 9))
                     .unwrap_or_else(|| w.intern("")),
