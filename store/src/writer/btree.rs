@@ -762,8 +762,10 @@ impl PrefixIndex {
             // Entries may still come after a sort: each prefix is found where it now is.
             self.find.insert(*prefix, g);
             if !pairs.is_sorted() {
-                // Rowids are unique, so the order is total and the unstable sort exact.
-                pairs.sort_unstable();
+                // Pairs come in rowid order, so a stable sort by time orders them by (time,
+                // rowid); it runs through the long sorted stretches that a thread's or a
+                // stream's records keep, where an unstable sort would partition them.
+                pairs.sort_by_key(|&(time, _)| time);
             }
         }
         self.sorted = true;
