@@ -248,6 +248,7 @@ pub(crate) fn attribute(
     rules: &Rules,
     clock: &mut std::time::Instant,
     window: Option<&WindowRecords>,
+    mut observer: Option<&mut dyn crate::RowObserver>,
 ) -> Result<Attributed> {
     let mut launches = Vec::new();
     let mut last: Option<((i64, i64), u32)> = None;
@@ -268,9 +269,20 @@ pub(crate) fn attribute(
             seq: launches.len() as u32,
         });
     };
-    match window {
-        None => store.for_each_lean_launch(&mut on_launch)?,
-        Some(w) => w.launches.iter().for_each(&mut on_launch),
+    match (window, observer.as_deref_mut()) {
+        (None, None) => store.for_each_lean_launch(&mut on_launch)?,
+        (None, Some(o)) => store.for_each_lean_call(|c| {
+            o.call(c);
+            if let Some(correlation_id) = c.correlation_id {
+                on_launch(&fuseprof_store::LeanLaunch {
+                    start_ns: c.start_ns,
+                    pid: c.pid,
+                    tid: c.tid,
+                    correlation_id,
+                });
+            }
+        })?,
+        (Some(w), _) => w.launches.iter().for_each(&mut on_launch),
     }
     crate::lap(clock, "api calls scan");
     let tree: &Tree = tree;
@@ -346,12 +358,19 @@ pub(crate) fn attribute(
         // Rules that look at launch shapes need the kernel's every column.
         store.for_each_kernel(|k: Kernel| {
             let class = rules.classify(names.get(k.name.0 as u32), &launch_shape(&k));
-            push_kernel(&mut j, &lean_kernel(&k), class);
+            let k = lean_kernel(&k);
+            if let Some(o) = observer.as_deref_mut() {
+                o.kernel(&k);
+            }
+            push_kernel(&mut j, &k, class);
         })?;
     } else {
         // The class of each store name, computed once per name.
         let mut class_of: Vec<Option<Class>> = vec![None; names.base_len() as usize + 1];
         store.for_each_lean_kernel(|k| {
+            if let Some(o) = observer.as_deref_mut() {
+                o.kernel(k);
+            }
             let name = k.name.0 as u32;
             let classify = || rules.classify(names.get(name), &LaunchShape::default());
             let class = match class_of.get_mut(name as usize) {
@@ -401,9 +420,13 @@ pub(crate) fn attribute(
             kind,
         );
     };
-    match window {
-        None => store.for_each_lean_memop(&mut on_memop)?,
-        Some(w) => w.memops.iter().for_each(&mut on_memop),
+    match (window, observer) {
+        (None, None) => store.for_each_lean_memop(&mut on_memop)?,
+        (None, Some(o)) => store.for_each_lean_memop(|m| {
+            o.memop(m);
+            on_memop(m)
+        })?,
+        (Some(w), _) => w.memops.iter().for_each(&mut on_memop),
     }
     j.resolve_deferred();
     crate::lap(clock, "memops scan and join");
@@ -436,6 +459,7 @@ fn lean_kernel(k: &Kernel) -> LeanKernel {
         start_ns: k.start_ns,
         end_ns: k.end_ns,
         device_id: k.device_id,
+        stream_id: k.stream_id,
         pid: k.pid,
         correlation_id: k.correlation_id,
         external_id: k.external_id,

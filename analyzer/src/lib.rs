@@ -56,7 +56,9 @@ pub use diff::{diff, render_diff_text, Diff, DiffRow, DiffStatus};
 pub use error::{Error, Result};
 pub use headroom::Ceiling;
 pub use hotspots::{ClassRow, DeviceTimeline, KernelRow, ModuleRow, OpRow, ShapeRow};
-pub use op_tree::{analyze_with_op_tree, OpNode, OpNodeKind, OpTree};
+pub use op_tree::{
+    analyze_with_op_tree, analyze_with_op_tree_observed, OpNode, OpNodeKind, OpTree,
+};
 pub use ops::Role;
 pub use report::render_text;
 pub use scope::{analyze_step_with_op_tree, LongRange, OpenRanges, Scoped};
@@ -339,7 +341,18 @@ pub fn analyze_with_rules(
     cfg: &AnalyzeConfig,
     rules: &Rules,
 ) -> Result<Analysis> {
-    analyze_inner(store, cfg, rules, None)
+    analyze_inner(store, cfg, rules, None, None)
+}
+
+/// Sees the rows of the whole run's tables as an analysis reads them: each table once, whole,
+/// in row order (ranges, then API calls, kernels and copies). Something else that needs the
+/// same rows (the explorer's lane summary) takes them from the analysis's scans instead of
+/// reading the run a second time.
+pub trait RowObserver {
+    fn range(&mut self, r: &fuseprof_store::LeanRange);
+    fn call(&mut self, c: &fuseprof_store::LeanCall);
+    fn kernel(&mut self, k: &fuseprof_store::LeanKernel);
+    fn memop(&mut self, m: &fuseprof_store::LeanMemop);
 }
 
 /// What [`analyze_with_rules`] does; `hook` (for [`op_tree::analyze_with_op_tree`]) sees the
@@ -349,9 +362,10 @@ pub(crate) fn analyze_inner(
     cfg: &AnalyzeConfig,
     rules: &Rules,
     hook: Option<&mut op_tree::Hook<'_>>,
+    observer: Option<&mut dyn RowObserver>,
 ) -> Result<Analysis> {
     let mut clock = std::time::Instant::now();
-    let loaded = load(store, rules, &mut clock, None)?;
+    let loaded = load(store, rules, &mut clock, None, observer)?;
     analyze_loaded(store, cfg, loaded, true, hook, clock)
 }
 
@@ -848,11 +862,14 @@ pub(crate) struct WindowInput {
     pub found: steps::Found,
 }
 
+/// Reads the run (or `window`) into the operator tree and the attributed GPU records;
+/// `observer` (whole runs only) sees each row read.
 pub(crate) fn load(
     store: &mut Store,
     rules: &Rules,
     clock: &mut std::time::Instant,
     window: Option<WindowInput>,
+    mut observer: Option<&mut dyn RowObserver>,
 ) -> Result<Loaded> {
     let path = store.path().to_path_buf();
     let run = store.run()?;
@@ -864,7 +881,13 @@ pub(crate) fn load(
     // 1. The operator tree.
     let mut tb = TreeBuilder::new(&mut names);
     match &window {
-        None => store.for_each_lean_range(|r| tb.add(r))?,
+        None => match observer.as_deref_mut() {
+            Some(o) => store.for_each_lean_range(|r| {
+                o.range(r);
+                tb.add(r)
+            })?,
+            None => store.for_each_lean_range(|r| tb.add(r))?,
+        },
         Some(w) => w.ranges.iter().for_each(|r| tb.add(r)),
     }
     let latest_range_ns = match &window {
@@ -885,6 +908,7 @@ pub(crate) fn load(
         rules,
         clock,
         window.as_ref().map(|w| &w.records),
+        observer,
     )?;
     // (A window without GPU work is an empty step, not an empty run.)
     if att.items.is_empty() && window.is_none() {

@@ -258,6 +258,17 @@ pub fn analyze_with_op_tree(
     cfg: &AnalyzeConfig,
     rules: &Rules,
 ) -> Result<(Analysis, OpTree)> {
+    analyze_with_op_tree_observed(store, cfg, rules, None)
+}
+
+/// [`analyze_with_op_tree`], with `observer` shown every row of the run's tables as the
+/// analysis reads them ([`crate::RowObserver`]).
+pub fn analyze_with_op_tree_observed(
+    store: &mut Store,
+    cfg: &AnalyzeConfig,
+    rules: &Rules,
+    observer: Option<&mut dyn crate::RowObserver>,
+) -> Result<(Analysis, OpTree)> {
     let mut out = None;
     let mut hook = |tree: &Tree,
                     items: &[Item],
@@ -266,7 +277,7 @@ pub fn analyze_with_op_tree(
                     scope: Option<(i64, i64)>| {
         out = Some(build(tree, items, acc, names, scope));
     };
-    let analysis = analyze_inner(store, cfg, rules, Some(&mut hook))?;
+    let analysis = analyze_inner(store, cfg, rules, Some(&mut hook), observer)?;
     let tree = out.unwrap_or(OpTree { nodes: Vec::new() });
     Ok((analysis, tree))
 }

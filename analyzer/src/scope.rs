@@ -188,7 +188,7 @@ pub fn analyze_step_with_op_tree(
         close_at_ns: to,
         found,
     };
-    let loaded = load(store, rules, &mut clock, Some(input))?;
+    let loaded = load(store, rules, &mut clock, Some(input), None)?;
     let cfg = AnalyzeConfig {
         step: Some(step),
         ..AnalyzeConfig::default()

@@ -107,7 +107,7 @@ fn is_backward(name: &str) -> bool {
 /// Reads `store` into an [`OpTrace`] (restricted to `cfg.step` when set).
 pub fn op_trace(store: &mut Store, cfg: &AnalyzeConfig) -> Result<OpTrace> {
     let mut clock = std::time::Instant::now();
-    let loaded = load(store, &Rules::builtin(), &mut clock, None)?;
+    let loaded = load(store, &Rules::builtin(), &mut clock, None, None)?;
     let tree = &loaded.tree;
     let names = &loaded.names;
     let windows = &loaded.found.windows;

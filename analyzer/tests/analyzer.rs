@@ -1365,3 +1365,60 @@ fn collected_two_gpu_jobs_have_a_rank_per_gpu_and_show_their_straggler() {
         assert_eq!(stragglers, [Some(1); 3], "{rel}");
     }
 }
+
+/// What an observer of an analysis sees ([`fuseprof_analyzer::RowObserver`]): every row of
+/// each table once, in row order, as the store's scans give them; and the analysis is the one
+/// made without an observer.
+#[test]
+fn an_observer_sees_every_row_once_in_order() {
+    #[derive(Default)]
+    struct Seen {
+        ranges: Vec<fuseprof_store::LeanRange>,
+        calls: Vec<fuseprof_store::LeanCall>,
+        kernels: Vec<fuseprof_store::LeanKernel>,
+        memops: Vec<fuseprof_store::LeanMemop>,
+    }
+    impl fuseprof_analyzer::RowObserver for Seen {
+        fn range(&mut self, r: &fuseprof_store::LeanRange) {
+            self.ranges.push(*r);
+        }
+        fn call(&mut self, c: &fuseprof_store::LeanCall) {
+            self.calls.push(*c);
+        }
+        fn kernel(&mut self, k: &fuseprof_store::LeanKernel) {
+            self.kernels.push(*k);
+        }
+        fn memop(&mut self, m: &fuseprof_store::LeanMemop) {
+            self.memops.push(*m);
+        }
+    }
+    for rel in all_fixtures() {
+        let mut store = Store::open(&store_for(&rel)).unwrap();
+        let cfg = AnalyzeConfig::default();
+        let mut seen = Seen::default();
+        let observed = fuseprof_analyzer::analyze_with_op_tree_observed(
+            &mut store,
+            &cfg,
+            &Rules::builtin(),
+            Some(&mut seen),
+        );
+        let plain = fuseprof_analyzer::analyze_with_op_tree(&mut store, &cfg, &Rules::builtin());
+        match (observed, plain) {
+            (Ok(a), Ok(b)) => assert!(a == b, "{rel}: the analyses differ"),
+            (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string(), "{rel}"),
+            _ => panic!("{rel}: one analysis failed"),
+        }
+        let mut want = Seen::default();
+        store.for_each_lean_range(|r| want.ranges.push(*r)).unwrap();
+        store.for_each_lean_call(|c| want.calls.push(*c)).unwrap();
+        store
+            .for_each_lean_kernel(|k| want.kernels.push(*k))
+            .unwrap();
+        store.for_each_lean_memop(|m| want.memops.push(*m)).unwrap();
+        assert!(!want.kernels.is_empty() || !want.memops.is_empty(), "{rel}");
+        assert_eq!(seen.ranges, want.ranges, "{rel}: ranges");
+        assert_eq!(seen.calls, want.calls, "{rel}: calls");
+        assert_eq!(seen.kernels, want.kernels, "{rel}: kernels");
+        assert_eq!(seen.memops, want.memops, "{rel}: memops");
+    }
+}

@@ -364,6 +364,19 @@ pub struct LeanRange {
     pub category: Option<StrId>,
     pub input_dims: Option<StrId>,
     pub input_types: Option<StrId>,
+    /// The nesting depth the source stored (fuseprof's own runs), for the timeline.
+    pub depth: Option<i64>,
+}
+
+/// The columns of an [`ApiCall`] that joining GPU records to their launch and drawing the
+/// call need, read by [`crate::Store::for_each_lean_call`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeanCall {
+    pub start_ns: i64,
+    pub end_ns: i64,
+    pub pid: i64,
+    pub tid: i64,
+    pub correlation_id: Option<i64>,
 }
 
 /// The columns of an [`ApiCall`] that joining GPU records to their launch needs, read by
@@ -376,13 +389,14 @@ pub struct LeanLaunch {
     pub correlation_id: i64,
 }
 
-/// The columns of a [`Kernel`] that attributing GPU time needs (no stream, launch shape or
-/// resources), read by [`crate::Store::for_each_lean_kernel`].
+/// The columns of a [`Kernel`] that attributing GPU time and drawing it on its stream need
+/// (no launch shape or resources), read by [`crate::Store::for_each_lean_kernel`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LeanKernel {
     pub start_ns: i64,
     pub end_ns: i64,
     pub device_id: i64,
+    pub stream_id: i64,
     pub pid: Option<i64>,
     pub correlation_id: Option<i64>,
     pub external_id: Option<i64>,
@@ -390,14 +404,15 @@ pub struct LeanKernel {
     pub graph_id: Option<i64>,
 }
 
-/// The columns of a [`Memop`] that attributing GPU time needs (no stream, bytes or value),
-/// read by [`crate::Store::for_each_lean_memop`].
+/// The columns of a [`Memop`] that attributing GPU time and drawing it on its stream need (no
+/// bytes or value), read by [`crate::Store::for_each_lean_memop`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LeanMemop {
     pub kind: MemopKind,
     pub start_ns: i64,
     pub end_ns: i64,
     pub device_id: i64,
+    pub stream_id: i64,
     pub pid: Option<i64>,
     pub correlation_id: Option<i64>,
     pub external_id: Option<i64>,

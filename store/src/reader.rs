@@ -52,7 +52,7 @@ fn range_kind(text: &[u8]) -> RangeKind {
 
 /// The columns of a [`LeanRange`], in the order [`lean_range_row`] reads them.
 const LEAN_RANGE_ROW_COLUMNS: &str = "kind, start_ns, end_ns, pid, tid, domain_id, name_id, \
-     category_id, input_dims_id, input_types_id";
+     category_id, depth, input_dims_id, input_types_id";
 
 /// A [`LeanRange`] from a row that selected [`LEAN_RANGE_ROW_COLUMNS`] from column `at` on.
 fn lean_range_row(s: &Stmt<'_>, at: i32) -> LeanRange {
@@ -65,8 +65,9 @@ fn lean_range_row(s: &Stmt<'_>, at: i32) -> LeanRange {
         domain: s.col_opt_i64(at + 5).map(StrId),
         name: StrId(s.col_i64(at + 6)),
         category: s.col_opt_i64(at + 7).map(StrId),
-        input_dims: s.col_opt_i64(at + 8).map(StrId),
-        input_types: s.col_opt_i64(at + 9).map(StrId),
+        depth: s.col_opt_i64(at + 8),
+        input_dims: s.col_opt_i64(at + 9).map(StrId),
+        input_types: s.col_opt_i64(at + 10).map(StrId),
     }
 }
 
@@ -894,6 +895,7 @@ impl Store {
                     domain: r.opt_i64(7)?.map(StrId),
                     name: StrId(r.i64(8)?),
                     category: r.opt_i64(9)?.map(StrId),
+                    depth: r.opt_i64(11)?,
                     input_dims: r.opt_i64(14)?.map(StrId),
                     input_types: r.opt_i64(15)?.map(StrId),
                 })
@@ -937,17 +939,45 @@ impl Store {
         )
     }
 
+    /// Every CUDA API call, in the order they were written, with only the columns of
+    /// [`LeanCall`].
+    pub fn for_each_lean_call(&mut self, f: impl FnMut(&LeanCall)) -> Result<()> {
+        self.lean_scan(
+            &API_CALLS,
+            "SELECT start_ns, end_ns, pid, tid, correlation_id FROM api_calls WHERE id >= ?1 \
+             ORDER BY id",
+            |r: &Record<'_, 7>| {
+                Some(LeanCall {
+                    start_ns: r.i64(2)?,
+                    end_ns: r.i64(3)?,
+                    pid: r.i64(4)?,
+                    tid: r.i64(5)?,
+                    correlation_id: r.opt_i64(6)?,
+                })
+            },
+            |s| LeanCall {
+                start_ns: s.col_i64(0),
+                end_ns: s.col_i64(1),
+                pid: s.col_i64(2),
+                tid: s.col_i64(3),
+                correlation_id: s.col_opt_i64(4),
+            },
+            f,
+        )
+    }
+
     /// Every kernel, in the order they were written, with only the columns of [`LeanKernel`].
     pub fn for_each_lean_kernel(&mut self, f: impl FnMut(&LeanKernel)) -> Result<()> {
         self.lean_scan(
             &KERNELS,
-            "SELECT start_ns, end_ns, device_id, pid, correlation_id, external_id, name_id, \
-             graph_id FROM kernels WHERE id >= ?1 ORDER BY id",
+            "SELECT start_ns, end_ns, device_id, stream_id, pid, correlation_id, external_id, \
+             name_id, graph_id FROM kernels WHERE id >= ?1 ORDER BY id",
             |r: &Record<'_, 19>| {
                 Some(LeanKernel {
                     start_ns: r.i64(1)?,
                     end_ns: r.i64(2)?,
                     device_id: r.i64(3)?,
+                    stream_id: r.i64(4)?,
                     pid: r.opt_i64(5)?,
                     correlation_id: r.opt_i64(6)?,
                     external_id: r.opt_i64(7)?,
@@ -959,11 +989,12 @@ impl Store {
                 start_ns: s.col_i64(0),
                 end_ns: s.col_i64(1),
                 device_id: s.col_i64(2),
-                pid: s.col_opt_i64(3),
-                correlation_id: s.col_opt_i64(4),
-                external_id: s.col_opt_i64(5),
-                name: StrId(s.col_i64(6)),
-                graph_id: s.col_opt_i64(7),
+                stream_id: s.col_i64(3),
+                pid: s.col_opt_i64(4),
+                correlation_id: s.col_opt_i64(5),
+                external_id: s.col_opt_i64(6),
+                name: StrId(s.col_i64(7)),
+                graph_id: s.col_opt_i64(8),
             },
             f,
         )
@@ -982,14 +1013,15 @@ impl Store {
         let copy_kind = |b: &[u8]| std::str::from_utf8(b).ok().map(CopyKind::parse);
         self.lean_scan(
             &MEMOPS,
-            "SELECT kind, start_ns, end_ns, device_id, pid, correlation_id, external_id, \
-             copy_kind FROM memops WHERE id >= ?1 ORDER BY id",
+            "SELECT kind, start_ns, end_ns, device_id, stream_id, pid, correlation_id, \
+             external_id, copy_kind FROM memops WHERE id >= ?1 ORDER BY id",
             |r: &Record<'_, 11>| {
                 Some(LeanMemop {
                     kind: kind(r.bytes(1)?),
                     start_ns: r.i64(2)?,
                     end_ns: r.i64(3)?,
                     device_id: r.i64(4)?,
+                    stream_id: r.i64(5)?,
                     pid: r.opt_i64(6)?,
                     correlation_id: r.opt_i64(7)?,
                     external_id: r.opt_i64(8)?,
@@ -1001,10 +1033,11 @@ impl Store {
                 start_ns: s.col_i64(1),
                 end_ns: s.col_i64(2),
                 device_id: s.col_i64(3),
-                pid: s.col_opt_i64(4),
-                correlation_id: s.col_opt_i64(5),
-                external_id: s.col_opt_i64(6),
-                copy_kind: s.col_opt_bytes(7).and_then(copy_kind),
+                stream_id: s.col_i64(4),
+                pid: s.col_opt_i64(5),
+                correlation_id: s.col_opt_i64(6),
+                external_id: s.col_opt_i64(7),
+                copy_kind: s.col_opt_bytes(8).and_then(copy_kind),
             },
             f,
         )
@@ -1197,6 +1230,7 @@ mod tests {
                 domain: r.domain,
                 name: r.name,
                 category: r.category,
+                depth: r.depth,
                 input_dims: r.input_dims,
                 input_types: r.input_types,
             })
@@ -1231,11 +1265,28 @@ mod tests {
         assert_eq!(lean, full);
 
         let mut full = Vec::new();
+        s.for_each_api_call(|a| {
+            full.push(LeanCall {
+                start_ns: a.start_ns,
+                end_ns: a.end_ns,
+                pid: a.pid,
+                tid: a.tid,
+                correlation_id: a.correlation_id,
+            })
+        })
+        .unwrap();
+        let mut lean = Vec::new();
+        s.for_each_lean_call(|a| lean.push(*a)).unwrap();
+        assert_eq!(full.len(), 3_000);
+        assert_eq!(lean, full);
+
+        let mut full = Vec::new();
         s.for_each_kernel(|k| {
             full.push(LeanKernel {
                 start_ns: k.start_ns,
                 end_ns: k.end_ns,
                 device_id: k.device_id,
+                stream_id: k.stream_id,
                 pid: k.pid,
                 correlation_id: k.correlation_id,
                 external_id: k.external_id,
@@ -1258,6 +1309,7 @@ mod tests {
                 start_ns: m.start_ns,
                 end_ns: m.end_ns,
                 device_id: m.device_id,
+                stream_id: m.stream_id,
                 pid: m.pid,
                 correlation_id: m.correlation_id,
                 external_id: m.external_id,

@@ -4,7 +4,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use fuseprof_store::{Direction, RowEstimates, Store, StrId};
+use fuseprof_store::{
+    Direction, PassApiCall, PassKernel, PassMemop, PassRange, RowEstimates, Store, StrId,
+};
 
 use crate::model::*;
 use crate::{Error, Result};
@@ -155,34 +157,90 @@ pub fn summarize(
     summary: &Summary,
     mut publish: impl FnMut(PassPart),
 ) -> Result<()> {
-    let index = meta.track_index();
-    let mut builders = Builders::new(meta.tracks.len());
-    let mut last: Option<((i64, i64), usize)> = None;
-    let mut stream_track = |d: i64, s: i64| -> Option<usize> {
-        if let Some((k, t)) = last {
+    let mut s = Summarizer::new(names, meta, summary);
+    store.for_each_span_kernel(|k| s.push_kernel(k))?;
+    store.for_each_span_memop(|m| s.push_memop(m))?;
+    publish(s.gpu_part());
+    store.for_each_span_range(|r| s.push_range(r))?;
+    publish(s.ranges_part());
+    store.for_each_span_api_call(|a| s.push_api_call(a))?;
+    publish(s.api_part());
+    Ok(())
+}
+
+/// Ranges kept back per thread to be nested in start order, and their nesting.
+type Nesting = (Reorder<(LaneKindBase, StrId)>, Nester);
+
+/// The whole-run summary built from rows handed to it, whatever reads them: each table's
+/// rows in row order (kernels and copies, ranges, API calls; the tables in any order), each
+/// table's lanes taken when its rows are in. [`summarize`] reads them itself; `import` hands
+/// it the rows its analysis reads.
+pub struct Summarizer<'m> {
+    names: &'m NameInfo,
+    summary: &'m Summary,
+    tracks: usize,
+    index: rustc_hash::FxHashMap<TrackKey, usize>,
+    gpu: Builders,
+    ranges: Builders,
+    api: Builders,
+    /// The last stream's and threads' tracks (records of one mostly come in runs).
+    last_stream: Option<((i64, i64), usize)>,
+    last_range_thread: Option<((i64, i64), usize)>,
+    last_call_thread: Option<((i64, i64), usize)>,
+    /// Each name's class key.
+    kernel_key: Vec<u32>,
+    gpu_names: Vec<bool>,
+    range_names: Vec<bool>,
+    reorder: Vec<Option<Nesting>>,
+}
+
+impl<'m> Summarizer<'m> {
+    pub fn new(names: &'m NameInfo, meta: &Meta, summary: &'m Summary) -> Self {
+        let tracks = meta.tracks.len();
+        Summarizer {
+            names,
+            summary,
+            tracks,
+            index: meta.track_index(),
+            gpu: Builders::new(tracks),
+            ranges: Builders::new(tracks),
+            api: Builders::new(tracks),
+            last_stream: None,
+            last_range_thread: None,
+            last_call_thread: None,
+            kernel_key: names.class.iter().map(|&c| class_index(c)).collect(),
+            gpu_names: vec![false; names.class.len()],
+            range_names: vec![false; names.class.len()],
+            reorder: (0..tracks).map(|_| None).collect(),
+        }
+    }
+
+    fn stream_track(&mut self, d: i64, s: i64) -> Option<usize> {
+        if let Some((k, t)) = self.last_stream {
             if k == (d, s) {
                 return Some(t);
             }
         }
-        let t = *index.get(&TrackKey::Stream {
+        let t = *self.index.get(&TrackKey::Stream {
             device: d,
             stream: s,
         })?;
-        last = Some(((d, s), t));
+        self.last_stream = Some(((d, s), t));
         Some(t)
-    };
-    let mut used = vec![false; names.class.len()];
-    let kernel_key: Vec<u32> = (0..names.class.len())
-        .map(|i| class_index(names.class[i]))
-        .collect();
-    store.for_each_span_kernel(|k| {
-        if let Some(t) = stream_track(k.device_id, k.stream_id) {
-            let key = kernel_key.get(k.name.0 as usize).copied().unwrap_or(11);
-            if let Some(u) = used.get_mut(k.name.0 as usize) {
+    }
+
+    pub fn push_kernel(&mut self, k: &PassKernel) {
+        if let Some(t) = self.stream_track(k.device_id, k.stream_id) {
+            let key = self
+                .kernel_key
+                .get(k.name.0 as usize)
+                .copied()
+                .unwrap_or(11);
+            if let Some(u) = self.gpu_names.get_mut(k.name.0 as usize) {
                 *u = true;
             }
-            builders.get((t, LaneKind::Gpu), true).add(
-                summary,
+            self.gpu.get((t, LaneKind::Gpu), true).add(
+                self.summary,
                 k.start_ns,
                 k.end_ns,
                 key,
@@ -190,52 +248,55 @@ pub fn summarize(
                 ItemRef::At(k.start_ns, k.name),
             );
         }
-    })?;
-    store.for_each_span_memop(|m| {
-        if let Some(t) = stream_track(m.device_id, m.stream_id) {
+    }
+
+    pub fn push_memop(&mut self, m: &PassMemop) {
+        if let Some(t) = self.stream_track(m.device_id, m.stream_id) {
             let kind = match m.kind {
                 fuseprof_store::MemopKind::Memcpy => fuseprof_store::GpuKind::Memcpy,
                 fuseprof_store::MemopKind::Memset => fuseprof_store::GpuKind::Memset,
             };
-            builders.get((t, LaneKind::Gpu), true).add(
-                summary,
+            self.gpu.get((t, LaneKind::Gpu), true).add(
+                self.summary,
                 m.start_ns,
                 m.end_ns,
-                names.gpu_key(kind, StrId(0)),
+                self.names.gpu_key(kind, StrId(0)),
                 StrId(0),
                 ItemRef::At(m.start_ns, StrId(0)),
             );
         }
-    })?;
-    let mut part = builders.finish("kernels", summary);
-    part.names = std::mem::replace(&mut used, vec![false; names.class.len()]);
-    publish(part);
+    }
 
-    // Ranges: stored depth where the source gives it (fuseprof's own runs), else nested per
-    // thread in start order.
-    let mut last_thread: Option<((i64, i64), usize)> = None;
-    type Nesting = (Reorder<(LaneKindBase, StrId)>, Nester);
-    let mut reorder: Vec<Option<Nesting>> = (0..meta.tracks.len()).map(|_| None).collect();
-    let add = |builders: &mut Builders, t: usize, lane: LaneKind, s: i64, e: i64, name: StrId| {
-        builders.get((t, lane), false).add(
-            summary,
+    /// The kernels' and copies' lanes.
+    pub fn gpu_part(&mut self) -> PassPart {
+        let mut part = self.gpu.finish("kernels", self.summary);
+        part.names = std::mem::replace(&mut self.gpu_names, vec![false; self.names.class.len()]);
+        part
+    }
+
+    fn add_range(&mut self, t: usize, lane: LaneKind, s: i64, e: i64, name: StrId) {
+        self.ranges.get((t, lane), false).add(
+            self.summary,
             s,
             e,
             name.0 as u32,
             name,
             ItemRef::At(s, name),
         );
-    };
-    store.for_each_span_range(|r| {
-        if let Some(u) = used.get_mut(r.name.0 as usize) {
+    }
+
+    /// Ranges: stored depth where the source gives it (fuseprof's own runs), else nested per
+    /// thread in start order.
+    pub fn push_range(&mut self, r: &PassRange) {
+        if let Some(u) = self.range_names.get_mut(r.name.0 as usize) {
             *u = true;
         }
-        let group = names.range_group(r.kind, r.domain, r.name);
+        let group = self.names.range_group(r.kind, r.domain, r.name);
         let thread = TrackKey::Thread {
             pid: r.pid,
             tid: r.tid,
         };
-        let t = match last_thread {
+        let t = match self.last_range_thread {
             Some((k, t)) if k == (r.pid, r.tid) && group != Group::Gpu => t,
             // GPU-side ranges belong on their stream; where (pid, tid) names no stream, they
             // stay on the thread track that the store lists for them.
@@ -244,14 +305,16 @@ pub fn summarize(
                     device: r.pid,
                     stream: r.tid,
                 };
-                let Some(&t) = index.get(&stream).or_else(|| index.get(&thread)) else {
+                let Some(&t) = self.index.get(&stream).or_else(|| self.index.get(&thread)) else {
                     return;
                 };
                 t
             }
             _ => {
-                let Some(&t) = index.get(&thread) else { return };
-                last_thread = Some(((r.pid, r.tid), t));
+                let Some(&t) = self.index.get(&thread) else {
+                    return;
+                };
+                self.last_range_thread = Some(((r.pid, r.tid), t));
                 t
             }
         };
@@ -263,69 +326,112 @@ pub fn summarize(
                 } else {
                     LaneKindBase::Range
                 };
-                let (buf, nester) = reorder[t]
+                let (buf, nester) = self.reorder[t]
                     .get_or_insert_with(|| (Reorder::new(REORDER_WINDOW), Nester::default()));
                 if let Some((s, e, (base, name))) = buf.push(r.start_ns, end, (base, r.name)) {
                     let d = nester.push(s, e);
-                    add(&mut builders, t, base.lane(d), s, e, name);
+                    self.add_range(t, base.lane(d), s, e, name);
                 }
             }
-            (g, d) => add(
-                &mut builders,
-                t,
-                lane_of(g, d.unwrap_or(0)),
-                r.start_ns,
-                end,
-                r.name,
-            ),
-        }
-    })?;
-    for (t, nesting) in reorder.into_iter().enumerate() {
-        let Some((mut buf, mut nester)) = nesting else {
-            continue;
-        };
-        while let Some((s, e, (base, name))) = buf.pop() {
-            let d = nester.push(s, e);
-            add(&mut builders, t, base.lane(d), s, e, name);
-        }
-        if buf.late > 0 {
-            tracing::debug!(
-                "track {t}: {} ranges were further out of start order than {REORDER_WINDOW}; \
-                 their depth may be off",
-                buf.late
-            );
+            (g, d) => self.add_range(t, lane_of(g, d.unwrap_or(0)), r.start_ns, end, r.name),
         }
     }
-    let mut part = builders.finish("ranges", summary);
-    part.names = used;
-    publish(part);
 
-    let mut last_thread: Option<((i64, i64), usize)> = None;
-    store.for_each_span_api_call(|a| {
-        let t = match last_thread {
+    /// The ranges' lanes, once the ranges kept back are nested.
+    pub fn ranges_part(&mut self) -> PassPart {
+        let reorder =
+            std::mem::replace(&mut self.reorder, (0..self.tracks).map(|_| None).collect());
+        for (t, nesting) in reorder.into_iter().enumerate() {
+            let Some((mut buf, mut nester)) = nesting else {
+                continue;
+            };
+            while let Some((s, e, (base, name))) = buf.pop() {
+                let d = nester.push(s, e);
+                self.add_range(t, base.lane(d), s, e, name);
+            }
+            if buf.late > 0 {
+                tracing::debug!(
+                    "track {t}: {} ranges were further out of start order than \
+                     {REORDER_WINDOW}; their depth may be off",
+                    buf.late
+                );
+            }
+        }
+        let mut part = self.ranges.finish("ranges", self.summary);
+        part.names = std::mem::replace(&mut self.range_names, vec![false; self.names.class.len()]);
+        part
+    }
+
+    pub fn push_api_call(&mut self, a: &PassApiCall) {
+        let t = match self.last_call_thread {
             Some((k, t)) if k == (a.pid, a.tid) => t,
             _ => {
-                let Some(&t) = index.get(&TrackKey::Thread {
+                let Some(&t) = self.index.get(&TrackKey::Thread {
                     pid: a.pid,
                     tid: a.tid,
                 }) else {
                     return;
                 };
-                last_thread = Some(((a.pid, a.tid), t));
+                self.last_call_thread = Some(((a.pid, a.tid), t));
                 t
             }
         };
-        builders.get((t, LaneKind::Api), false).add(
-            summary,
+        self.api.get((t, LaneKind::Api), false).add(
+            self.summary,
             a.start_ns,
             a.end_ns,
             0,
             StrId(0),
             ItemRef::At(a.start_ns, StrId(0)),
         );
-    })?;
-    publish(builders.finish("api_calls", summary));
-    Ok(())
+    }
+
+    /// The API calls' lanes.
+    pub fn api_part(&mut self) -> PassPart {
+        self.api.finish("api_calls", self.summary)
+    }
+}
+
+/// The rows an analysis reads (`import` keeps both summaries from one read of each table).
+impl fuseprof_analyzer::RowObserver for Summarizer<'_> {
+    fn range(&mut self, r: &fuseprof_store::LeanRange) {
+        self.push_range(&PassRange {
+            kind: r.kind,
+            start_ns: r.start_ns,
+            end_ns: r.end_ns,
+            pid: r.pid,
+            tid: r.tid,
+            domain: r.domain,
+            name: r.name,
+            depth: r.depth,
+        });
+    }
+    fn call(&mut self, c: &fuseprof_store::LeanCall) {
+        self.push_api_call(&PassApiCall {
+            start_ns: c.start_ns,
+            end_ns: c.end_ns,
+            pid: c.pid,
+            tid: c.tid,
+        });
+    }
+    fn kernel(&mut self, k: &fuseprof_store::LeanKernel) {
+        self.push_kernel(&PassKernel {
+            start_ns: k.start_ns,
+            end_ns: k.end_ns,
+            device_id: k.device_id,
+            stream_id: k.stream_id,
+            name: k.name,
+        });
+    }
+    fn memop(&mut self, m: &fuseprof_store::LeanMemop) {
+        self.push_memop(&PassMemop {
+            kind: m.kind,
+            start_ns: m.start_ns,
+            end_ns: m.end_ns,
+            device_id: m.device_id,
+            stream_id: m.stream_id,
+        });
+    }
 }
 
 /// Ranges without a stored depth may come this far out of start order (per thread) and

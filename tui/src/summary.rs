@@ -50,9 +50,10 @@ pub struct Written {
 /// Derives the timeline summary and the whole-run analysis of the run at `path` and keeps
 /// both in it. Runs without GPU work (which the explorer does not open) get nothing.
 ///
-/// The two read the run independently, each through its own handle: where the process may
-/// use more than one core, the timeline summary is derived on a second thread while this one
-/// analyses.
+/// Where the process may use more than one core, the two read the run independently, each
+/// through its own handle, the timeline summary on a second thread while this one analyses; on
+/// one core the timeline summary is built from the rows the analysis reads, so that each table
+/// is read once.
 pub fn write(path: &Path) -> Result<Written> {
     write_with(path, fuseprof_store::usable_cores())
 }
@@ -69,7 +70,8 @@ fn write_with(path: &Path, cores: usize) -> Result<Written> {
             (lanes, analysis)
         })
     } else {
-        (derive_lanes(path), derive_analysis(path))
+        let (lanes, analysis) = derive_both(path)?;
+        (Ok(lanes), Ok(analysis))
     };
     let lanes = lanes?;
     fuseprof_store::write_summary(path, LANES, LANES_VERSION, &lanes)?;
@@ -84,6 +86,46 @@ fn write_with(path: &Path, cores: usize) -> Result<Written> {
         lanes_bytes: lanes.len(),
         analysis_bytes,
     })
+}
+
+/// An encoded analysis, or why there is none to keep.
+type EncodedAnalysis = std::result::Result<Vec<u8>, String>;
+
+/// The timeline summary and the analysis of the run at `path`, as [`derive_lanes`] and
+/// [`derive_analysis`] give them, from one read of each table: the summary is built from the
+/// rows the analysis reads. Where the analysis fails, the summary reads the run itself.
+fn derive_both(path: &Path) -> Result<(Vec<u8>, EncodedAnalysis)> {
+    let clock = std::time::Instant::now();
+    let (mut store, meta) = data::open(path)?;
+    let names = NameInfo::load(&mut store)?;
+    let summary = Summary::new(meta.first_ns, meta.last_ns);
+    let mut lanes = data::Summarizer::new(&names, &meta, &summary);
+    let analysis = fuseprof_analyzer::analyze_with_op_tree_observed(
+        &mut store,
+        &AnalyzeConfig::default(),
+        &Rules::builtin(),
+        Some(&mut lanes),
+    );
+    tracing::debug!(
+        "analysis and timeline summary derived in {:.3} s",
+        clock.elapsed().as_secs_f64()
+    );
+    let lanes = if analysis.is_ok() {
+        let mut enc = LaneEncoder::new(&summary);
+        enc.part(&meta, &lanes.gpu_part());
+        enc.part(&meta, &lanes.ranges_part());
+        enc.part(&meta, &lanes.api_part());
+        enc.finish()
+    } else {
+        derive_lanes(path)?
+    };
+    let analysis = match analysis {
+        Ok((a, t)) => {
+            encode_analysis(&a, &t).ok_or_else(|| "the analysis does not serialise".into())
+        }
+        Err(e) => Err(e.to_string()),
+    };
+    Ok((lanes, analysis))
 }
 
 /// The timeline summary of the run at `path`, encoded.
@@ -103,7 +145,7 @@ fn derive_lanes(path: &Path) -> Result<Vec<u8>> {
 
 /// The whole-run analysis and operator tree of the run at `path`, encoded; `Err(why)` inside
 /// when there is none to keep (a run without GPU work, which [`derive_lanes`] refuses).
-fn derive_analysis(path: &Path) -> Result<std::result::Result<Vec<u8>, String>> {
+fn derive_analysis(path: &Path) -> Result<EncodedAnalysis> {
     let clock = std::time::Instant::now();
     let mut store = Store::open(path)?;
     let analysis = fuseprof_analyzer::analyze_with_op_tree(
@@ -549,25 +591,45 @@ mod tests {
         (dir, out)
     }
 
-    /// One core and two keep the same summaries, byte for byte.
+    /// A run of the HTA Kineto trace (ranges with no stored depth, nested as they come).
+    fn kineto() -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("hta.sqlite");
+        let input = fuseprof_fixtures::path("kineto/hta_timeline_analysis_sampled_rank-0.json.gz");
+        fuseprof_collector::import::import(
+            &input,
+            &out,
+            &fuseprof_collector::import::ImportOptions::default(),
+        )
+        .unwrap();
+        (dir, out)
+    }
+
+    /// The summaries [`write_with`] keeps in a fresh copy of a run, on `cores` cores.
+    fn kept(run: fn() -> (tempfile::TempDir, std::path::PathBuf), cores: usize) -> [Vec<u8>; 2] {
+        let (dir, path) = run();
+        write_with(&path, cores).unwrap();
+        let mut store = Store::open(&path).unwrap();
+        let lanes = store.summary(LANES, LANES_VERSION).unwrap().unwrap();
+        let analysis = store
+            .summary(ANALYSIS, &analysis_version())
+            .unwrap()
+            .unwrap();
+        drop(store);
+        drop(dir);
+        [lanes, analysis]
+    }
+
+    /// One core (the timeline summary built from the rows the analysis reads) and two (each
+    /// reading the run) keep the same summaries, byte for byte, for a run of fuseprof's own
+    /// and for a Kineto trace's.
     #[test]
     fn one_core_and_two_keep_the_same_summaries() {
-        let kept = |cores| {
-            let (dir, path) = swin();
-            write_with(&path, cores).unwrap();
-            let mut store = Store::open(&path).unwrap();
-            let lanes = store.summary(LANES, LANES_VERSION).unwrap().unwrap();
-            let analysis = store
-                .summary(ANALYSIS, &analysis_version())
-                .unwrap()
-                .unwrap();
-            drop(store);
-            drop(dir);
-            (lanes, analysis)
-        };
-        let (one, two) = (kept(1), kept(2));
-        assert!(one.0 == two.0, "lane summaries differ");
-        assert!(one.1 == two.1, "analyses differ");
+        for run in [swin, kineto] {
+            let (one, two) = (kept(run, 1), kept(run, 2));
+            assert!(one[0] == two[0], "lane summaries differ");
+            assert!(one[1] == two[1], "analyses differ");
+        }
     }
 
     /// What the pass derives reads back the same from the run: every lane's bins at every

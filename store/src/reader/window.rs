@@ -12,8 +12,8 @@ use crate::reader::{
 use crate::Result;
 
 const LEAN_LAUNCH_COLUMNS: &str = "id, start_ns, pid, tid, correlation_id";
-const LEAN_MEMOP_COLUMNS: &str =
-    "id, kind, start_ns, end_ns, device_id, pid, correlation_id, external_id, copy_kind";
+const LEAN_MEMOP_COLUMNS: &str = "id, kind, start_ns, end_ns, device_id, stream_id, pid, \
+     correlation_id, external_id, copy_kind";
 
 fn lean_range(s: &Stmt<'_>) -> (i64, LeanRange) {
     (s.col_i64(0), lean_range_row(s, 1))
@@ -48,11 +48,12 @@ fn lean_memop(s: &Stmt<'_>) -> (i64, LeanMemop) {
             start_ns: s.col_i64(2),
             end_ns: s.col_i64(3),
             device_id: s.col_i64(4),
-            pid: s.col_opt_i64(5),
-            correlation_id: s.col_opt_i64(6),
-            external_id: s.col_opt_i64(7),
+            stream_id: s.col_i64(5),
+            pid: s.col_opt_i64(6),
+            correlation_id: s.col_opt_i64(7),
+            external_id: s.col_opt_i64(8),
             copy_kind: s
-                .col_opt_bytes(8)
+                .col_opt_bytes(9)
                 .and_then(|b| std::str::from_utf8(b).ok())
                 .map(CopyKind::parse),
         },
