@@ -44,8 +44,8 @@ pub use ranks::{
     Collective, MergePart, MergeReport, RankInfo,
 };
 pub use reader::{
-    schema_text_is_utf8, ApiSpan, Direction, GpuKind, GpuSpan, HostSpan, Info, PassApiCall,
-    PassKernel, PassMemop, PassRange, RowEstimates, Store, Strings, TableCounts, SCHEMA_NOT_UTF8,
+    schema_text_is_utf8, ApiSpan, Direction, GpuKind, GpuSpan, HostSpan, Info, PassKernel,
+    PassMemop, PassRange, RowEstimates, Store, Strings, TableCounts, SCHEMA_NOT_UTF8,
 };
 pub use results::{record_bench_results, BenchResult};
 pub use rows::{RawHandle, RawRows};

@@ -11,8 +11,7 @@ mod timeline;
 mod window;
 
 pub use timeline::{
-    ApiSpan, Direction, GpuKind, GpuSpan, HostSpan, PassApiCall, PassKernel, PassMemop, PassRange,
-    RowEstimates,
+    ApiSpan, Direction, GpuKind, GpuSpan, HostSpan, PassKernel, PassMemop, PassRange, RowEstimates,
 };
 
 use crate::model::*;

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use fuseprof_store::{
-    Direction, PassApiCall, PassKernel, PassMemop, PassRange, RowEstimates, Store, StrId,
+    Direction, LeanCall, PassKernel, PassMemop, PassRange, RowEstimates, Store, StrId,
 };
 
 use crate::model::*;
@@ -163,7 +163,7 @@ pub fn summarize(
     publish(s.gpu_part());
     store.for_each_span_range(|r| s.push_range(r))?;
     publish(s.ranges_part());
-    store.for_each_span_api_call(|a| s.push_api_call(a))?;
+    store.for_each_lean_call(|c| s.push_call(c))?;
     publish(s.api_part());
     Ok(())
 }
@@ -362,7 +362,7 @@ impl<'m> Summarizer<'m> {
         part
     }
 
-    pub fn push_api_call(&mut self, a: &PassApiCall) {
+    pub fn push_call(&mut self, a: &LeanCall) {
         let t = match self.last_call_thread {
             Some((k, t)) if k == (a.pid, a.tid) => t,
             _ => {
@@ -406,13 +406,8 @@ impl fuseprof_analyzer::RowObserver for Summarizer<'_> {
             depth: r.depth,
         });
     }
-    fn call(&mut self, c: &fuseprof_store::LeanCall) {
-        self.push_api_call(&PassApiCall {
-            start_ns: c.start_ns,
-            end_ns: c.end_ns,
-            pid: c.pid,
-            tid: c.tid,
-        });
+    fn call(&mut self, c: &LeanCall) {
+        self.push_call(c);
     }
     fn kernel(&mut self, k: &fuseprof_store::LeanKernel) {
         self.push_kernel(&PassKernel {

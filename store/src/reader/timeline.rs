@@ -4,15 +4,15 @@
 //! and memops by (device_id, stream_id, start_ns), ranges and API calls by (pid, tid, start_ns),
 //! all three by (correlation_id, pid)), so its cost follows the window, not the run. The
 //! `for_each_span_*` passes are the exception: one lean page scan of a table each, for the
-//! timeline's summary of the whole run.
+//! timeline's summary of the whole run (whose API calls are read by
+//! [`Store::for_each_lean_call`]).
 
 use crate::model::*;
 use crate::raw::Stmt;
 use crate::reader::pages::Record;
 use crate::reader::{
-    api_call_row, kernel_row, memop_row, range_kind, range_row, Store, API_CALLS,
-    API_CALL_ROW_COLUMNS, KERNELS, KERNEL_ROW_COLUMNS, MEMOPS, MEMOP_ROW_COLUMNS, RANGES,
-    RANGE_ROW_COLUMNS,
+    api_call_row, kernel_row, memop_row, range_kind, range_row, Store, API_CALL_ROW_COLUMNS,
+    KERNELS, KERNEL_ROW_COLUMNS, MEMOPS, MEMOP_ROW_COLUMNS, RANGES, RANGE_ROW_COLUMNS,
 };
 use crate::Result;
 
@@ -94,15 +94,6 @@ pub struct PassRange {
     pub domain: Option<StrId>,
     pub name: StrId,
     pub depth: Option<i64>,
-}
-
-/// The columns of an API call that a whole-run summary needs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PassApiCall {
-    pub start_ns: i64,
-    pub end_ns: i64,
-    pub pid: i64,
-    pub tid: i64,
 }
 
 /// Largest row id of each table: the row count of a run the writer wrote (ids are dense from
@@ -795,29 +786,6 @@ impl Store {
             f,
         )
     }
-
-    /// Every API call with only the columns of [`PassApiCall`], in row order.
-    pub fn for_each_span_api_call(&mut self, f: impl FnMut(&PassApiCall)) -> Result<()> {
-        self.lean_scan(
-            &API_CALLS,
-            "SELECT start_ns, end_ns, pid, tid FROM api_calls WHERE id >= ?1 ORDER BY id",
-            |r: &Record<'_, 6>| {
-                Some(PassApiCall {
-                    start_ns: r.i64(2)?,
-                    end_ns: r.i64(3)?,
-                    pid: r.i64(4)?,
-                    tid: r.i64(5)?,
-                })
-            },
-            |s| PassApiCall {
-                start_ns: s.col_i64(0),
-                end_ns: s.col_i64(1),
-                pid: s.col_i64(2),
-                tid: s.col_i64(3),
-            },
-            f,
-        )
-    }
 }
 
 #[cfg(test)]
@@ -1038,7 +1006,7 @@ mod tests {
         assert_eq!(depths.len(), 52);
         assert_eq!(depths[51], None);
         let mut calls = 0;
-        s.for_each_span_api_call(|_| calls += 1).unwrap();
+        s.for_each_lean_call(|_| calls += 1).unwrap();
         let mut memops = 0;
         s.for_each_span_memop(|m| {
             assert_eq!(m.kind, MemopKind::Memcpy);
