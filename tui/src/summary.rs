@@ -119,13 +119,7 @@ fn derive_both(path: &Path) -> Result<(Vec<u8>, EncodedAnalysis)> {
     } else {
         derive_lanes(path)?
     };
-    let analysis = match analysis {
-        Ok((a, t)) => {
-            encode_analysis(&a, &t).ok_or_else(|| "the analysis does not serialise".into())
-        }
-        Err(e) => Err(e.to_string()),
-    };
-    Ok((lanes, analysis))
+    Ok((lanes, encoded(analysis)))
 }
 
 /// The timeline summary of the run at `path`, encoded.
@@ -154,12 +148,17 @@ fn derive_analysis(path: &Path) -> Result<EncodedAnalysis> {
         &Rules::builtin(),
     );
     tracing::debug!("analysis derived in {:.3} s", clock.elapsed().as_secs_f64());
-    Ok(match analysis {
+    Ok(encoded(analysis))
+}
+
+/// An analysis encoded to keep, or why there is none.
+fn encoded(analysis: fuseprof_analyzer::Result<(Analysis, OpTree)>) -> EncodedAnalysis {
+    match analysis {
         Ok((a, t)) => {
             encode_analysis(&a, &t).ok_or_else(|| "the analysis does not serialise".into())
         }
         Err(e) => Err(e.to_string()),
-    })
+    }
 }
 
 /// The run's kept timeline summary as the parts the summary pass would publish (kernels,
