@@ -178,7 +178,6 @@ type Nesting = (Reorder<(LaneKindBase, StrId)>, Nester);
 pub struct Summarizer<'m> {
     names: &'m NameInfo,
     summary: &'m Summary,
-    tracks: usize,
     index: rustc_hash::FxHashMap<TrackKey, usize>,
     gpu: Builders,
     ranges: Builders,
@@ -200,7 +199,6 @@ impl<'m> Summarizer<'m> {
         Summarizer {
             names,
             summary,
-            tracks,
             index: meta.track_index(),
             gpu: Builders::new(tracks),
             ranges: Builders::new(tracks),
@@ -339,8 +337,8 @@ impl<'m> Summarizer<'m> {
 
     /// The ranges' lanes, once the ranges kept back are nested.
     pub fn ranges_part(&mut self) -> PassPart {
-        let reorder =
-            std::mem::replace(&mut self.reorder, (0..self.tracks).map(|_| None).collect());
+        let fresh = (0..self.reorder.len()).map(|_| None).collect();
+        let reorder = std::mem::replace(&mut self.reorder, fresh);
         for (t, nesting) in reorder.into_iter().enumerate() {
             let Some((mut buf, mut nester)) = nesting else {
                 continue;
