@@ -8,6 +8,7 @@
 //! file appears under its final name only when `finish` succeeds.
 
 mod btree;
+mod interner;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::FileExt;
@@ -132,9 +133,9 @@ pub struct Writer {
     /// Batches the writer thread has emptied, to fill again.
     spare: Receiver<Batch>,
     thread: Option<JoinHandle<Result<()>>>,
-    // Interning runs once per event with long kernel names: a fast hash matters here. Keyed
+    // Interning runs once per event with long kernel names: a fast lookup matters here. Keyed
     // by bytes, so that `intern_utf8` finds a string it was given before without checking it.
-    strings: FxHashMap<Box<[u8]>, StrId>,
+    strings: interner::Interner,
     last_thread: Option<(i64, i64)>,
     batch: Batch,
     counts: Counts,
@@ -190,7 +191,7 @@ impl Writer {
             tx: Some(tx),
             spare: spare_rx,
             thread: Some(thread),
-            strings: FxHashMap::default(),
+            strings: interner::Interner::default(),
             last_thread: None,
             batch: Batch::default(),
             counts: Counts::default(),
@@ -213,8 +214,8 @@ impl Writer {
 
     /// The id of `s` in the run's string table, adding it on first sight.
     pub fn intern(&mut self, s: &str) -> StrId {
-        match self.strings.get(s.as_bytes()) {
-            Some(&id) => id,
+        match self.strings.find(s.as_bytes()) {
+            Some(i) => StrId(i as i64 + 1),
             None => self.add_string(s),
         }
     }
@@ -222,15 +223,14 @@ impl Writer {
     /// [`Writer::intern`] for bytes read from a source that says they are UTF-8 text: they are
     /// checked only the first time they are seen; `None` when they are not UTF-8.
     pub fn intern_utf8(&mut self, b: &[u8]) -> Option<StrId> {
-        match self.strings.get(b) {
-            Some(&id) => Some(id),
+        match self.strings.find(b) {
+            Some(i) => Some(StrId(i as i64 + 1)),
             None => Some(self.add_string(std::str::from_utf8(b).ok()?)),
         }
     }
 
     fn add_string(&mut self, s: &str) -> StrId {
-        let id = StrId(self.strings.len() as i64 + 1);
-        self.strings.insert(s.as_bytes().into(), id);
+        let id = StrId(self.strings.add(s.as_bytes()) as i64 + 1);
         self.batch.strings.push((id.0, s.into()));
         self.counts.strings += 1;
         id
