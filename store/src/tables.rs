@@ -21,7 +21,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use crate::mapped::Mapped;
-use crate::reader::pages::{be16, be32, local_size, varint, Geometry};
+use crate::reader::pages::{be16, be32, local_size, prefetch, varint, Geometry};
 
 /// Deeper than any b-tree of a file that fits on a disk; deeper means a corrupt file.
 const MAX_DEPTH: usize = 20;
@@ -345,7 +345,17 @@ impl<'f> TableCursor<'f> {
                 self.loaded = true;
             }
             let (off, at) = self.page_pos();
-            let page = &self.file.bytes(&self.buf)[off..off + self.file.usable];
+            let bytes = self.file.bytes(&self.buf);
+            // The next leaf of the run at hand, while this one is read.
+            if self.leaf + 1 < self.buf_leaves.1 {
+                let next = off + self.file.page_size;
+                prefetch(
+                    bytes
+                        .get(next..next + self.file.page_size)
+                        .unwrap_or_default(),
+                );
+            }
+            let page = &bytes[off..off + self.file.usable];
             if *page.get(at)? != 0x0d {
                 return None;
             }
