@@ -118,7 +118,7 @@ fn from_period(tree: &Tree, items: &[Item], keep: &dyn Fn(u32) -> bool) -> Optio
     let mut per_thread = vec![0i64; tree.threads.len()];
     for it in items {
         if it.owner != NONE {
-            per_thread[tree.ranges[it.owner as usize].thread() as usize] += it.dur_ns;
+            per_thread[tree.thread_of(it.owner) as usize] += it.dur_ns;
         }
     }
     // Of the threads with a periodic top-level sequence, the one that starts first drives the
