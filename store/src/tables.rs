@@ -113,6 +113,13 @@ impl TableFile {
         }
     }
 
+    /// Pages `count` from offset `at` (of [`Self::load`]) are about to be read.
+    fn populate(&self, at: usize, count: usize) {
+        if let Some(map) = &self.map {
+            map.populate(at, count * self.page_size);
+        }
+    }
+
     /// What [`Self::load`]'s offsets index: the map, or the buffer pages were read into.
     fn bytes<'a>(&'a self, buf: &'a [u8]) -> &'a [u8] {
         self.map.as_deref().unwrap_or(buf)
@@ -339,6 +346,10 @@ impl<'f> TableCursor<'f> {
                     n += 1;
                 }
                 self.base = self.file.load(pages[first], n, &mut self.buf)?;
+                if self.release {
+                    // (Released pages would fault back one window at a time.)
+                    self.file.populate(self.base, n);
+                }
                 self.buf_leaves = (first, n);
                 self.next_leaf = first + n;
                 self.leaf = 0;
