@@ -39,53 +39,43 @@ impl Mapped {
     }
 }
 
+/// The page size the mapping's advice rounds to.
+const PAGE: usize = 4096;
+
 impl Mapped {
     /// Lets the kernel drop the pages wholly inside `at..at + len` from this process's memory,
     /// for a reader done with them: read again, they fault back in from the page cache
     /// unchanged (the mapping is private and never written), so slices stay valid.
     pub fn release(&self, at: usize, len: usize) {
-        const PAGE: usize = 4096;
         let start = at.next_multiple_of(PAGE);
         let end = at.saturating_add(len).min(self.len) / PAGE * PAGE;
-        if start < end {
-            // SAFETY: a range of this mapping (bounded by `len` above); MADV_DONTNEED on a
-            // private file mapping with no written pages keeps its contents.
-            unsafe {
-                libc::madvise(
-                    self.ptr.as_ptr().add(start).cast(),
-                    end - start,
-                    libc::MADV_DONTNEED,
-                )
-            };
-        }
+        self.advise(start, end, libc::MADV_DONTNEED);
     }
-}
 
-impl Mapped {
     /// Maps the pages of `at..at + len` in one call, for a reader about to read them all: the
     /// faults they would take one 64 KiB window at a time (after [`Mapped::release`], each
     /// time) become one system call, and the pages are there for the CPU to prefetch. Only a
     /// hint: where the kernel cannot (before Linux 5.14), the pages fault in as they are read.
     pub fn populate(&self, at: usize, len: usize) {
         #[cfg(target_os = "linux")]
-        {
-            const PAGE: usize = 4096;
-            let start = at / PAGE * PAGE;
-            let end = at.saturating_add(len).min(self.len);
-            if start < end {
-                // SAFETY: a range of this mapping (bounded by `len` above); populating only
-                // reads the file's pages in.
-                unsafe {
-                    libc::madvise(
-                        self.ptr.as_ptr().add(start).cast(),
-                        end - start,
-                        libc::MADV_POPULATE_READ,
-                    )
-                };
-            }
-        }
+        self.advise(
+            at / PAGE * PAGE,
+            at.saturating_add(len).min(self.len),
+            libc::MADV_POPULATE_READ,
+        );
         #[cfg(not(target_os = "linux"))]
         let _ = (at, len);
+    }
+
+    /// Gives the kernel `advice` on the mapping's bytes `start..end` (`start` on a page,
+    /// `end` at most the mapping's length).
+    fn advise(&self, start: usize, end: usize, advice: libc::c_int) {
+        if start < end {
+            // SAFETY: a range of this mapping (its callers bound it by `len`); the advice given
+            // (dropping a private mapping's unwritten pages, reading pages in) keeps every
+            // byte as the file has it.
+            unsafe { libc::madvise(self.ptr.as_ptr().add(start).cast(), end - start, advice) };
+        }
     }
 
     /// For a reader going from front to back, now past `at`: releases the pages from `*done`
