@@ -25,7 +25,7 @@ use crate::model::*;
 use crate::raw;
 use crate::reader::{Table, API_CALLS, FLOWS, KERNELS, MEMOPS, RANGES, STRINGS};
 use crate::{Error, Result};
-use btree::{Geometry, IndexTree, PageFile, PrefixIndex, Record, TableTree};
+use btree::{Geometry, IndexTree, PageFile, PairIndex, PrefixIndex, Record, TableTree};
 
 const BATCH_RECORDS: usize = 16 * 1024;
 /// `meta` keys that belong to the store itself.
@@ -649,10 +649,10 @@ async fn open_for_writing(path: &Path, unindexed: bool) -> Result<Bulk> {
         ranges: TableTree::new(geo, root("ranges")?),
         flows: TableTree::new(geo, root("flows")?),
         kernels_by_stream_time: PrefixIndex::new(index_root("kernels_by_stream_time")?),
-        kernels_by_correlation: IndexTree::new(index_root("kernels_by_correlation")?),
+        kernels_by_correlation: PairIndex::new(index_root("kernels_by_correlation")?),
         memops_by_stream_time: PrefixIndex::new(index_root("memops_by_stream_time")?),
-        memops_by_correlation: IndexTree::new(index_root("memops_by_correlation")?),
-        api_calls_by_correlation: IndexTree::new(index_root("api_calls_by_correlation")?),
+        memops_by_correlation: PairIndex::new(index_root("memops_by_correlation")?),
+        api_calls_by_correlation: PairIndex::new(index_root("api_calls_by_correlation")?),
         api_calls_by_thread_time: PrefixIndex::new(index_root("api_calls_by_thread_time")?),
         ranges_by_thread_time: PrefixIndex::new(index_root("ranges_by_thread_time")?),
         ranges_by_external: IndexTree::new(index_root("ranges_by_external")?),
@@ -871,10 +871,10 @@ struct Bulk {
     ranges: TableTree,
     flows: TableTree,
     kernels_by_stream_time: PrefixIndex,
-    kernels_by_correlation: IndexTree<(Option<i64>, Option<i64>)>,
+    kernels_by_correlation: PairIndex,
     memops_by_stream_time: PrefixIndex,
-    memops_by_correlation: IndexTree<(Option<i64>, Option<i64>)>,
-    api_calls_by_correlation: IndexTree<(Option<i64>, i64)>,
+    memops_by_correlation: PairIndex,
+    api_calls_by_correlation: PairIndex,
     api_calls_by_thread_time: PrefixIndex,
     ranges_by_thread_time: PrefixIndex,
     /// Partial: only ranges with an External id.
@@ -971,7 +971,7 @@ impl Bulk {
         r.opt(a.return_code);
         self.api_calls.add(&mut self.file, id, r)?;
         self.api_calls_by_correlation
-            .add((a.correlation_id, a.pid), id);
+            .add((a.correlation_id, Some(a.pid)), id);
         self.api_calls_by_thread_time
             .add([a.pid, a.tid, a.start_ns], id);
         if let (Some(link), Some(c)) = (&mut self.link, a.correlation_id) {
@@ -1033,7 +1033,7 @@ impl Bulk {
     fn finish(mut self) -> std::io::Result<()> {
         let cores = crate::usable_cores();
         let done = (
-            std::mem::replace(&mut self.api_calls_by_correlation, IndexTree::new(0)),
+            std::mem::replace(&mut self.api_calls_by_correlation, PairIndex::new(0)),
             std::mem::replace(&mut self.api_calls_by_thread_time, PrefixIndex::new(0)),
             std::mem::replace(&mut self.ranges_by_thread_time, PrefixIndex::new(0)),
             std::mem::replace(&mut self.ranges_by_external, IndexTree::new(0)),

@@ -177,10 +177,37 @@ fn write_varint(out: &mut [u8], v: u64) -> usize {
         return 1;
     }
     let (b, n) = varint_bytes(v);
-    for (o, &x) in out.iter_mut().zip(&b[..n]) {
-        *o = x;
-    }
+    copy_short(&mut out[..n], &b[..n]);
     n
+}
+
+/// Copies `src` into `dst`, of the same length, with a few loads and stores for the short
+/// lengths of a record's parts (a call to `memcpy` for each costs more than the copy): two
+/// overlapping blocks of the largest power of two that fits cover any length up to twice it.
+#[inline]
+fn copy_short(dst: &mut [u8], src: &[u8]) {
+    let n = src.len();
+    match n {
+        0 => {}
+        1..=3 => {
+            dst[0] = src[0];
+            dst[n / 2] = src[n / 2];
+            dst[n - 1] = src[n - 1];
+        }
+        4..=7 => {
+            dst[..4].copy_from_slice(&src[..4]);
+            dst[n - 4..].copy_from_slice(&src[n - 4..]);
+        }
+        8..=15 => {
+            dst[..8].copy_from_slice(&src[..8]);
+            dst[n - 8..].copy_from_slice(&src[n - 8..]);
+        }
+        16..=32 => {
+            dst[..16].copy_from_slice(&src[..16]);
+            dst[n - 16..].copy_from_slice(&src[n - 16..]);
+        }
+        _ => dst.copy_from_slice(src),
+    }
 }
 
 fn varint_len(v: u64) -> usize {
@@ -216,32 +243,17 @@ impl Record {
 
     #[inline]
     pub(crate) fn int(&mut self, v: i64) {
-        /// Serial type and body bytes of an integer, by the bytes its two's complement needs.
-        const BY_BYTES: [(u8, u8); 9] = [
-            (1, 1),
-            (1, 1),
-            (2, 2),
-            (3, 3),
-            (4, 4),
-            (5, 6),
-            (5, 6),
-            (6, 8),
-            (6, 8),
-        ];
-        if (v as u64) < 2 {
-            self.types.push(8 + v as u8);
+        let (t, n) = int_serial(v);
+        self.types.push(t);
+        if n == 0 {
             return;
         }
-        // The bits of the magnitude (of `!v` for a negative `v`) and a sign bit.
-        let bits = 65 - ((v ^ (v >> 63)) as u64).leading_zeros();
-        let (t, n) = BY_BYTES[bits.div_ceil(8) as usize];
-        self.types.push(t);
         // All eight bytes, the value's lowest `n` first, then the rest dropped: a store of a
         // constant size rather than a copy of a variable one.
         let len = self.body.len();
         self.body
-            .extend_from_slice(&((v as u64) << (64 - 8 * u32::from(n))).to_be_bytes());
-        self.body.truncate(len + usize::from(n));
+            .extend_from_slice(&((v as u64) << (64 - 8 * n as u32)).to_be_bytes());
+        self.body.truncate(len + n);
     }
 
     #[inline]
@@ -259,7 +271,17 @@ impl Record {
         } else {
             put_varint(&mut self.types, t);
         }
-        self.body.extend_from_slice(s.as_bytes());
+        let s = s.as_bytes();
+        if s.len() <= 32 {
+            // As `int`: a store of a constant size, then the rest dropped.
+            let mut b = [0u8; 32];
+            copy_short(&mut b[..s.len()], s);
+            let len = self.body.len();
+            self.body.extend_from_slice(&b);
+            self.body.truncate(len + s.len());
+        } else {
+            self.body.extend_from_slice(s);
+        }
     }
 
     /// The record's serial types and body as built so far, to keep it in a compact form
@@ -307,8 +329,8 @@ impl Record {
     fn write_to(&self, out: &mut [u8]) {
         let h = write_varint(out, self.header_len() as u64);
         let (types, body) = out[h..].split_at_mut(self.types.len());
-        types.copy_from_slice(&self.types);
-        body.copy_from_slice(&self.body);
+        copy_short(types, &self.types);
+        copy_short(body, &self.body);
     }
 
     /// The record's bytes, in `self.out`.
@@ -398,7 +420,7 @@ impl Page {
     fn push(&mut self, cell: &[u8]) {
         debug_assert!(self.fits(cell.len()));
         self.content -= cell.len();
-        self.buf[self.content..self.content + cell.len()].copy_from_slice(cell);
+        copy_short(&mut self.buf[self.content..self.content + cell.len()], cell);
         let at = self.header + 2 * self.cells;
         self.buf[at..at + 2].copy_from_slice(&(self.content as u16).to_be_bytes());
         self.cells += 1;
@@ -603,11 +625,15 @@ fn group(n: usize, cap: usize, cost: impl Fn(usize) -> usize) -> Vec<std::ops::R
 
 /// An index's key columns, compared as SQLite compares them (NULL first, then by value).
 pub(crate) trait IndexKey: Ord + Copy {
-    fn write(&self, rec: &mut Record);
+    /// The key's columns.
+    const COLS: usize;
+    fn write(&self, rec: &mut IntRecord);
 }
 
 impl IndexKey for [i64; 3] {
-    fn write(&self, rec: &mut Record) {
+    const COLS: usize = 3;
+    #[inline]
+    fn write(&self, rec: &mut IntRecord) {
         for &v in self {
             rec.int(v);
         }
@@ -615,23 +641,113 @@ impl IndexKey for [i64; 3] {
 }
 
 impl IndexKey for (Option<i64>, Option<i64>) {
-    fn write(&self, rec: &mut Record) {
+    const COLS: usize = 2;
+    #[inline]
+    fn write(&self, rec: &mut IntRecord) {
         rec.opt(self.0);
         rec.opt(self.1);
     }
 }
 
-impl IndexKey for (Option<i64>, i64) {
-    fn write(&self, rec: &mut Record) {
-        rec.opt(self.0);
-        rec.int(self.1);
+impl IndexKey for i64 {
+    const COLS: usize = 1;
+    #[inline]
+    fn write(&self, rec: &mut IntRecord) {
+        rec.int(*self);
     }
 }
 
-impl IndexKey for i64 {
-    fn write(&self, rec: &mut Record) {
-        rec.int(*self);
+/// Most columns an [`IntRecord`] holds.
+const INT_RECORD_COLS: usize = 6;
+
+/// An index entry's record (its key's integers, then the rowid) built in place as a leaf
+/// cell: the record's length, the header's length and the serial types, then the values. The
+/// number of columns is known before the first (at most [`INT_RECORD_COLS`], so the header's
+/// and the cell's lengths each take one byte), so each value goes straight to its place.
+pub(crate) struct IntRecord {
+    cols: usize,
+    /// Where the next value goes.
+    at: usize,
+    /// The cell, with room for an eight-byte store past the last value.
+    cell: [u8; 2 + INT_RECORD_COLS + 8 * INT_RECORD_COLS + 8],
+}
+
+impl IntRecord {
+    fn new() -> Self {
+        IntRecord {
+            cols: 0,
+            at: 0,
+            cell: [0; 2 + INT_RECORD_COLS + 8 * INT_RECORD_COLS + 8],
+        }
     }
+
+    /// Starts a record of `cols` columns.
+    #[inline]
+    fn start(&mut self, cols: usize) {
+        debug_assert!(cols <= INT_RECORD_COLS);
+        self.cols = 0;
+        self.at = 2 + cols;
+        self.cell[1] = (cols + 1) as u8;
+    }
+
+    #[inline]
+    fn opt(&mut self, v: Option<i64>) {
+        match v {
+            Some(v) => self.int(v),
+            None => {
+                self.cell[2 + self.cols] = 0;
+                self.cols += 1;
+            }
+        }
+    }
+
+    /// As [`Record::int`].
+    #[inline]
+    fn int(&mut self, v: i64) {
+        let (t, n) = int_serial(v);
+        self.cell[2 + self.cols] = t;
+        self.cols += 1;
+        if n == 0 {
+            return;
+        }
+        // All eight bytes stored, the value's lowest `n` first; the rest is overwritten by the
+        // next value or lies past the end.
+        let at = self.at;
+        self.cell[at..at + 8].copy_from_slice(&((v as u64) << (64 - 8 * n as u32)).to_be_bytes());
+        self.at += n;
+    }
+
+    /// The leaf cell; its record is `cell()[1..]`.
+    #[inline]
+    fn cell(&mut self) -> &[u8] {
+        debug_assert_eq!(usize::from(self.cell[1]), self.cols + 1);
+        self.cell[0] = (self.at - 1) as u8;
+        &self.cell[..self.at]
+    }
+}
+
+/// The serial type of integer `v` and its body bytes (schema format 4: 0 and 1 take none).
+#[inline]
+fn int_serial(v: i64) -> (u8, usize) {
+    /// Serial type and body bytes of an integer, by the bytes its two's complement needs.
+    const BY_BYTES: [(u8, u8); 9] = [
+        (1, 1),
+        (1, 1),
+        (2, 2),
+        (3, 3),
+        (4, 4),
+        (5, 6),
+        (5, 6),
+        (6, 8),
+        (6, 8),
+    ];
+    if (v as u64) < 2 {
+        return (8 + v as u8, 0);
+    }
+    // The bits of the magnitude (of `!v` for a negative `v`) and a sign bit.
+    let bits = 65 - ((v ^ (v >> 63)) as u64).leading_zeros();
+    let (t, n) = BY_BYTES[bits.div_ceil(8) as usize];
+    (t, n as usize)
 }
 
 /// An index's entries, collected as rows arrive and written as a b-tree at the end.
@@ -674,7 +790,7 @@ impl<K: IndexKey> IndexTree<K> {
     pub(crate) fn finish(mut self, file: &mut PageFile) -> std::io::Result<()> {
         self.sort();
         let entries = &self.entries;
-        write_index(self.root, entries.len(), &|i| entries[i], file)
+        write_index(self.root, entries.len(), |i| entries[i], file)
     }
 }
 
@@ -798,8 +914,153 @@ impl PrefixIndex {
             let (t, r) = pairs[i - starts[g]];
             ([*a, *b, t], r)
         };
-        write_index(self.root, n, &entry, file)
+        write_index(self.root, n, entry, file)
     }
+}
+
+/// The entries of an index on two nullable integer columns (`(correlation_id, pid)`), each
+/// packed with its rowid into 16 bytes while both values lie in `0..u32::MAX - 1` (CUPTI's
+/// correlation ids are 32-bit, process ids smaller): a 40-byte whole entry holds two
+/// `Option<i64>`s. Past the first key that does not fit it goes on as an [`IndexTree`] of
+/// whole entries. The tree it writes is the same either way.
+pub(crate) struct PairIndex {
+    root: u32,
+    /// Each key packed as [`pack_pair`] packs it, which orders as the key does.
+    packed: Vec<(u64, i64)>,
+    whole: Option<IndexTree<(Option<i64>, Option<i64>)>>,
+    sorted: usize,
+}
+
+/// `(a, b)` as one `u64` that orders as SQLite orders the pair (NULL first, then by value):
+/// each half 0 for NULL, else the value plus one; `None` when a value lies outside
+/// `0..u32::MAX - 1`.
+fn pack_pair((a, b): (Option<i64>, Option<i64>)) -> Option<u64> {
+    let half = |v: Option<i64>| match v {
+        None => Some(0),
+        Some(v) => u32::try_from(v)
+            .ok()
+            .filter(|&v| v < u32::MAX)
+            .map(|v| u64::from(v) + 1),
+    };
+    Some(half(a)? << 32 | half(b)?)
+}
+
+fn unpack_pair(p: u64) -> (Option<i64>, Option<i64>) {
+    let half = |h: u64| (h != 0).then(|| h as i64 - 1);
+    (half(p >> 32), half(p & 0xffff_ffff))
+}
+
+impl PairIndex {
+    /// As [`IndexTree::new`].
+    pub(crate) fn new(root: u32) -> Self {
+        PairIndex {
+            root,
+            packed: Vec::new(),
+            whole: None,
+            sorted: 0,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn add(&mut self, key: (Option<i64>, Option<i64>), rowid: i64) {
+        if self.root == 0 {
+            return;
+        }
+        if let Some(whole) = &mut self.whole {
+            return whole.add(key, rowid);
+        }
+        match pack_pair(key) {
+            Some(p) => self.packed.push((p, rowid)),
+            None => {
+                let mut whole = IndexTree::new(self.root);
+                for (p, r) in std::mem::take(&mut self.packed) {
+                    whole.add(unpack_pair(p), r);
+                }
+                whole.add(key, rowid);
+                self.whole = Some(whole);
+            }
+        }
+    }
+
+    /// As [`IndexTree::sort`].
+    pub(crate) fn sort(&mut self) {
+        if let Some(whole) = &mut self.whole {
+            return whole.sort();
+        }
+        if self.sorted != self.packed.len() {
+            // Rowids are unique, so the order is total and any sort gives it: entries in rowid
+            // order (as rows are written) need only a stable sort by key.
+            if self.packed.is_sorted_by_key(|e| e.1) {
+                radix_sort(&mut self.packed);
+            } else {
+                self.packed.sort_unstable();
+            }
+            self.sorted = self.packed.len();
+        }
+    }
+
+    /// As [`IndexTree::finish`].
+    pub(crate) fn finish(mut self, file: &mut PageFile) -> std::io::Result<()> {
+        if let Some(whole) = self.whole {
+            return whole.finish(file);
+        }
+        self.sort();
+        let packed = &self.packed;
+        let entry = |i: usize| {
+            let (p, r) = packed[i];
+            (unpack_pair(p), r)
+        };
+        write_index(self.root, packed.len(), entry, file)
+    }
+}
+
+/// Sorts `v` by key, stably: a byte of the key a pass from the lowest (least significant
+/// digit radix sort), passing over the bytes that every key shares. An index's keys (a
+/// correlation id and a process id) differ in three or four of their eight bytes, so a few
+/// passes of sequential reads and writes take the place of a comparison sort's
+/// `log2(n)` levels.
+fn radix_sort(v: &mut Vec<(u64, i64)>) {
+    /// Below this many entries the comparison sort is as quick.
+    const MIN_RADIX: usize = 1 << 12;
+    if v.len() < MIN_RADIX {
+        v.sort_by_key(|e| e.0);
+        return;
+    }
+    let (all, any) = v
+        .iter()
+        .fold((u64::MAX, 0u64), |(and, or), e| (and & e.0, or | e.0));
+    // The bytes in which some keys differ.
+    let varying = all ^ any;
+    let digits: Vec<u32> = (0..8)
+        .filter(|b| (varying >> (8 * b)) & 0xff != 0)
+        .map(|b| 8 * b)
+        .collect();
+    if digits.is_empty() {
+        return;
+    }
+    let mut counts = vec![[0usize; 256]; digits.len()];
+    for e in v.iter() {
+        for (c, &shift) in counts.iter_mut().zip(&digits) {
+            c[(e.0 >> shift) as u8 as usize] += 1;
+        }
+    }
+    let mut src = std::mem::take(v);
+    let mut dst = vec![(0u64, 0i64); src.len()];
+    for (c, &shift) in counts.iter().zip(&digits) {
+        let mut at = [0usize; 256];
+        let mut sum = 0;
+        for (a, &n) in at.iter_mut().zip(c) {
+            *a = sum;
+            sum += n;
+        }
+        for &e in &src {
+            let d = (e.0 >> shift) as u8 as usize;
+            dst[at[d]] = e;
+            at[d] += 1;
+        }
+        std::mem::swap(&mut src, &mut dst);
+    }
+    *v = src;
 }
 
 /// Writes the index b-tree rooted at page `root` of the `n` sorted entries `entry(0..n)`:
@@ -808,34 +1069,23 @@ impl PrefixIndex {
 fn write_index<K: IndexKey>(
     root: u32,
     n: usize,
-    entry: &dyn Fn(usize) -> (K, i64),
+    entry: impl Fn(usize) -> (K, i64),
     file: &mut PageFile,
 ) -> std::io::Result<()> {
     if n == 0 {
         return Ok(());
     }
     let geo = file.geometry();
-    let mut rec = Record::default();
-    let mut cell = Vec::new();
-    // Entry `i`'s record, in `rec`.
-    let record = |rec: &mut Record, i: usize| {
+    let mut rec = IntRecord::new();
+    // Entry `i` as a leaf cell (its record's length, then the record).
+    let leaf_cell = |rec: &mut IntRecord, i: usize| {
         let (key, rowid) = entry(i);
-        rec.clear();
+        rec.start(K::COLS + 1);
         key.write(rec);
         rec.int(rowid);
     };
-    // Entry `i` as a leaf cell (its record's length, then the record) in `cell`.
-    let leaf_cell = |rec: &mut Record, cell: &mut Vec<u8>, i: usize| {
-        record(rec, i);
-        let r = rec.finish();
-        cell.clear();
-        put_varint(cell, r.len() as u64);
-        let head = cell.len();
-        cell.extend_from_slice(r);
-        head
-    };
     // Every entry's record is small (integers only): it never needs an overflow page.
-    let max_local = (geo.usable - 12) * 64 / 255 - 23;
+    debug_assert!(rec.cell.len() <= (geo.usable - 12) * 64 / 255 - 23);
 
     // Leaves, and the separator entry after each but the last.
     let mut children: Vec<u32> = Vec::new();
@@ -844,32 +1094,27 @@ fn write_index<K: IndexKey>(
     let mut first = 0;
     let mut i = 0;
     while i < n {
-        record(&mut rec, i);
-        let payload = rec.len();
-        debug_assert!(payload <= max_local);
-        let len = varint_len(payload as u64) + payload;
-        if page.fits(len) {
+        leaf_cell(&mut rec, i);
+        let cell = rec.cell();
+        if page.fits(cell.len()) {
             // The usual entry: its cell is written straight into the leaf.
-            page.push_with(len, |cell| {
-                let at = write_varint(cell, payload as u64);
-                rec.write_to(&mut cell[at..]);
-            });
+            page.push(cell);
             i += 1;
             continue;
         }
         // The page is full: entry i separates it from the next leaf, which must not be
         // empty. When i is the last entry, the page's own last entry moves up instead.
         let next = if i + 1 < n {
-            seps.push(rec.finish().to_vec());
+            seps.push(cell[1..].to_vec());
             i + 1
         } else {
             page.reset(INDEX_LEAF);
             for j in first..i - 1 {
-                leaf_cell(&mut rec, &mut cell, j);
-                page.push(&cell);
+                leaf_cell(&mut rec, j);
+                page.push(rec.cell());
             }
-            let head = leaf_cell(&mut rec, &mut cell, i - 1);
-            seps.push(cell[head..].to_vec());
+            leaf_cell(&mut rec, i - 1);
+            seps.push(rec.cell()[1..].to_vec());
             i
         };
         children.push(file.append(page.seal(None))?);
@@ -884,6 +1129,7 @@ fn write_index<K: IndexKey>(
 
     let cap = geo.usable - 12;
     let mut page = Page::new(geo, INDEX_INTERIOR);
+    let mut cell = Vec::new();
     loop {
         // Child j (not its node's last) takes a cell: its page, then the separator after it.
         let groups = group(children.len(), cap, |j| {
@@ -1011,6 +1257,126 @@ mod tests {
             });
             assert!(a.len() > 4 * 512, "{case}");
             assert!(a == b, "case {case}: the trees differ");
+        }
+    }
+
+    /// An index of packed pairs writes the tree of its whole entries: keys with NULLs, keys
+    /// that repeat, enough entries for the radix sort, entries added after a sort, and a key
+    /// too large to pack (after which it keeps whole entries).
+    #[test]
+    fn packed_pairs_write_the_whole_entries_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, finish: &mut dyn FnMut(&mut PageFile)| {
+            let path = dir.path().join(name);
+            let mut f = scratch(&path);
+            finish(&mut f);
+            f.close().unwrap();
+            std::fs::read(&path).unwrap()
+        };
+        let mut x = 7u64;
+        let mut next = move || {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) as i64
+        };
+        for case in 0..4 {
+            let (mut packed, mut whole) = (PairIndex::new(2), IndexTree::new(2));
+            let n = 20_000i64;
+            for i in 0..n {
+                // Two processes' correlation ids interleaved, some NULL, a few repeated.
+                let corr = match next() % 20 {
+                    0 => None,
+                    1 => Some(5),
+                    _ => Some(i / 2 + next() % 300),
+                };
+                let pid = match next() % 9 {
+                    0 => None,
+                    k => Some(1000 + k % 2),
+                };
+                let key = match (case, i) {
+                    (1, 12_345) => (Some(u32::MAX as i64), pid),
+                    (2, 17) => (corr, Some(-1)),
+                    _ => (corr, pid),
+                };
+                packed.add(key, i + 1);
+                whole.add(key, i + 1);
+                if case == 3 && i == n / 2 {
+                    packed.sort();
+                }
+            }
+            assert_eq!(
+                packed.whole.is_some(),
+                case == 1 || case == 2,
+                "case {case}"
+            );
+            let a = write(&format!("p{case}"), &mut |f| {
+                std::mem::replace(&mut packed, PairIndex::new(0))
+                    .finish(f)
+                    .unwrap()
+            });
+            let b = write(&format!("w{case}"), &mut |f| {
+                std::mem::replace(&mut whole, IndexTree::new(0))
+                    .finish(f)
+                    .unwrap()
+            });
+            assert!(a.len() > 4 * 512, "{case}");
+            assert!(a == b, "case {case}: the trees differ");
+        }
+    }
+
+    /// Short copies copy every length as `copy_from_slice` does.
+    #[test]
+    fn short_copies_copy_every_length() {
+        let src: Vec<u8> = (1..=80).collect();
+        for n in 0..=80 {
+            let mut dst = vec![0u8; n];
+            copy_short(&mut dst, &src[..n]);
+            assert_eq!(dst, &src[..n], "{n}");
+        }
+    }
+
+    /// Keys packed in pairs order as the pairs do, and the radix sort orders as a stable sort.
+    #[test]
+    fn packed_pairs_order_as_the_pairs() {
+        let vals = [
+            None,
+            Some(0),
+            Some(1),
+            Some(255),
+            Some(256),
+            Some(70_000),
+            Some(u32::MAX as i64 - 1),
+        ];
+        for a in vals {
+            for b in vals {
+                let p = pack_pair((a, b)).unwrap();
+                assert_eq!(unpack_pair(p), (a, b));
+                for c in vals {
+                    for d in vals {
+                        let q = pack_pair((c, d)).unwrap();
+                        assert_eq!(p.cmp(&q), (a, b).cmp(&(c, d)), "{a:?} {b:?} {c:?} {d:?}");
+                    }
+                }
+            }
+        }
+        for v in [Some(-1), Some(u32::MAX as i64), Some(i64::MAX)] {
+            assert_eq!(pack_pair((v, None)), None);
+            assert_eq!(pack_pair((None, v)), None);
+        }
+        let mut x = 3u64;
+        for n in [0, 5, 5000, 100_000] {
+            let mut v: Vec<(u64, i64)> = (0..n)
+                .map(|i| {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                    // Keys spread over a few bytes, with repeats; rowids in order.
+                    ((x >> 40) & 0x00ff_0f0f | 1 << 40, i)
+                })
+                .collect();
+            let mut want = v.clone();
+            want.sort_by_key(|e| e.0);
+            radix_sort(&mut v);
+            assert!(v == want, "n {n}");
         }
     }
 
