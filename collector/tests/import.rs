@@ -468,6 +468,55 @@ fn nsys_rows_come_in_the_order_order_by_start_gives() {
     }
 }
 
+/// NVTX domain and category registrations, anywhere in the table and named by text or by a
+/// StringIds id, name the ranges of their domain and category, read from the export's pages
+/// as through SQL (a WAL-mode copy of the export is read only through SQL).
+#[test]
+fn nvtx_registrations_name_their_ranges_from_pages_as_through_sql() {
+    let sql = "DELETE FROM NVTX_EVENTS WHERE rowid IN (5000, 5001);
+         INSERT INTO NVTX_EVENTS (rowid, start, eventType, domainId, text, globalTid)
+             VALUES (5000, 60111430336, 75, 7, 'my.domain', 281477409407121);
+         INSERT INTO StringIds (id, value) VALUES (999999, 'my category');
+         INSERT INTO NVTX_EVENTS (rowid, start, eventType, domainId, category, textId, globalTid)
+             VALUES (5001, 60111430336, 33, 7, 3, 999999, 281477409407121);
+         INSERT INTO NVTX_EVENTS (start, eventType, domainId, category, text, globalTid)
+             VALUES (60111430337, 33, 7, 4, 'late category', 281477409407121);
+         UPDATE NVTX_EVENTS SET domainId = 7, category = 3
+             WHERE rowid BETWEEN 100 AND 110 AND eventType = 59;
+         UPDATE NVTX_EVENTS SET domainId = 7, category = 4
+             WHERE rowid BETWEEN 9000 AND 9004 AND eventType = 59;";
+    let dir = tempfile::tempdir().unwrap();
+    let mut named = Vec::new();
+    for (name, extra) in [("pages", ""), ("sql", "PRAGMA journal_mode = WAL;")] {
+        let file = format!("{name}.sqlite");
+        let p = dir.path().join(&file);
+        std::fs::copy(fixtures::path(fixtures::NSYS[0]), &p).unwrap();
+        let mut perms = std::fs::metadata(&p).unwrap().permissions();
+        #[allow(clippy::permissions_set_readonly_false)]
+        perms.set_readonly(false);
+        std::fs::set_permissions(&p, perms).unwrap();
+        sqlite_with(dir.path(), &file, &format!("{sql}{extra}"));
+        let out = dir.path().join(format!("{name}-run.sqlite"));
+        import(&p, &out, &ImportOptions::default()).unwrap();
+        let count = |domain: &str, category: &str| {
+            nsys_count(
+                &out,
+                &format!(
+                    "SELECT count(*) FROM ranges r JOIN strings d ON d.id = r.domain_id \
+                     JOIN strings c ON c.id = r.category_id \
+                     WHERE d.value = '{domain}' AND c.value = '{category}'"
+                ),
+            )
+        };
+        named.push((
+            count("my.domain", "my category"),
+            count("my.domain", "late category"),
+        ));
+    }
+    assert_eq!(named[0], named[1], "pages and SQL disagree");
+    assert!(named[0].0 >= 5 && named[0].1 >= 2, "{named:?}");
+}
+
 #[test]
 fn an_existing_output_is_kept_and_the_import_refused() {
     let dir = tempfile::tempdir().unwrap();

@@ -206,6 +206,9 @@ pub struct TableCursor<'f> {
     buf_leaves: (usize, usize),
     /// Whether pages are released once read (see [`TableCursor::releasing`]).
     release: bool,
+    /// One past the last leaf that can hold a row before `hi`: the leaves read at a time stop
+    /// there, so that a cursor over part of a table maps none of the rest.
+    end_leaf: usize,
     /// Whether `buf` holds leaves yet.
     loaded: bool,
     /// The leaf being read (index into the buffer), its cell count and next cell.
@@ -266,6 +269,13 @@ impl<'f> TableCursor<'f> {
             base: 0,
             buf_leaves: (0, 0),
             release: false,
+            end_leaf: match hi {
+                // The first leaf whose rowids may reach `hi` is the last one needed.
+                Some(hi) => {
+                    (leaves.max_rowid.partition_point(|&m| m < hi) + 1).min(leaves.pages.len())
+                }
+                None => leaves.pages.len(),
+            },
             loaded: false,
             leaf: 0,
             cells: 0,
@@ -340,6 +350,7 @@ impl<'f> TableCursor<'f> {
                 };
                 let mut n = 1;
                 while n < chunk
+                    && first + n < self.end_leaf
                     && first + n < pages.len()
                     && pages[first + n] == pages[first + n - 1].wrapping_add(1)
                 {

@@ -125,7 +125,8 @@ enum Cursor<'f, 'h> {
 
 /// A pass over a whole table (in rowid order) that [`Source::by_start_with`] does along with
 /// its own first pass: `f` gets `cols` of each row `keep` holds for; through SQL, the rows of
-/// `SELECT cols ... tail`, which `keep` must also hold for.
+/// `SELECT cols ... tail`, which `keep` must also hold for. `keep` reads only the first of
+/// `cols`.
 struct SidePass<'a> {
     cols: &'a [&'a str],
     tail: &'a str,
@@ -264,16 +265,28 @@ impl<'p> Source<'p> {
     /// the records (`None` for a column the table lacks); `None` when some column asked for
     /// cannot be read there, or the pages are not a table's.
     fn page_plan(&self, table: &str, cols: &[&str]) -> Option<(Leaves, Vec<Option<usize>>)> {
-        let file = self.file.as_ref()?;
+        let places = self.places(table, cols)?;
+        Some((self.leaves(table)?, places))
+    }
+
+    /// Each of `cols`' place in `table`'s records (`None` for a column the table lacks);
+    /// `None` when some column cannot be read from the pages.
+    fn places(&self, table: &str, cols: &[&str]) -> Option<Vec<Option<usize>>> {
+        self.file.as_ref()?;
         let t = self.page_tables.get(table)?;
-        let places = cols
-            .iter()
+        cols.iter()
             .map(|c| match t.plain.get(*c) {
                 Some(place) => place.map(Some),
                 None => Some(None),
             })
-            .collect::<Option<Vec<_>>>()?;
-        Some((file.leaves(t.root)?, places))
+            .collect()
+    }
+
+    /// The leaf pages of `table`, when they can be read.
+    fn leaves(&self, table: &str) -> Option<Leaves> {
+        self.file
+            .as_ref()?
+            .leaves(self.page_tables.get(table)?.root)
     }
 
     /// Steps through the rows of `sql`, calling `f` on each.
@@ -344,15 +357,19 @@ impl<'p> Source<'p> {
             }
             return Ok(None);
         };
+        // The leaves are found once, for the first pass and the query.
+        let leaves = self.leaves(table);
         let (runs, side_done) = if self.has(table, "start") {
-            self.runs(table, side.as_mut())?
+            self.runs(table, leaves.as_ref(), side.as_mut())?
         } else {
             (None, false)
         };
         if let (Some(side), false) = (side, side_done) {
             self.rows_where(table, side.cols, side.tail, side.keep, side.f)?;
         }
-        let plan = runs.as_ref().and_then(|_| self.page_plan(table, cols));
+        let plan = runs
+            .as_ref()
+            .and_then(|_| Some((leaves?, self.places(table, cols)?)));
         let runs = runs.filter(|r| plan.is_some() || r.len() <= MAX_SQL_RUNS);
         let Some(runs) = runs else {
             return Ok(Some(Query::one(format!("{all} ORDER BY start"))));
@@ -383,6 +400,7 @@ impl<'p> Source<'p> {
     fn runs(
         &mut self,
         table: &str,
+        leaves: Option<&Leaves>,
         mut side: Option<&mut SidePass<'_>>,
     ) -> Result<(Option<Vec<i64>>, bool)> {
         let mut runs = Vec::new();
@@ -406,21 +424,28 @@ impl<'p> Source<'p> {
         let sql = format!("SELECT rowid, \"start\" FROM \"{table}\" ORDER BY rowid");
         let mut resume = None;
         let mut side_done = false;
-        // The side pass's columns first, then `start`.
-        let with_side = side.as_ref().and_then(|s| {
-            let mut cols = s.cols.to_vec();
-            cols.push("start");
-            self.page_plan(table, &cols).map(|p| (p, s.cols.len()))
+        // The pass reads `start` and, for the side pass, only the column `keep` reads (every
+        // other column of a row is decoded only for the few rows it keeps, once the pass is
+        // through): the side pass's places for that pass and for its whole rows.
+        let side_places = side.as_ref().and_then(|s| {
+            let first = *s.cols.first()?;
+            Some((
+                self.places(table, &[first, "start"])?,
+                self.places(table, s.cols)?,
+            ))
         });
-        let (plan, key) = match with_side {
-            Some((plan, key)) => (Some(plan), key),
+        let (places, key) = match &side_places {
+            Some((slim, _)) => (Some(slim.clone()), 1),
             None => {
                 side = None;
-                (self.page_plan(table, &["start"]), 0)
+                (self.places(table, &["start"]), 0)
             }
         };
-        if let (Some(file), Some((leaves, places))) = (self.file.as_ref(), plan) {
-            let mut c = TableCursor::new(file, &leaves, places, None, None);
+        let mut kept = Vec::new();
+        if let (Some(file), Some(leaves), Some(places)) = (self.file.as_ref(), leaves, places) {
+            // Not released: the query's cursors read the same pages next and release them
+            // (mapping them twice costs more system time than the pass saves in memory).
+            let mut c = TableCursor::new(file, leaves, places, None, None);
             let mut counting = true;
             loop {
                 match c.step() {
@@ -431,11 +456,8 @@ impl<'p> Source<'p> {
                                 break;
                             }
                         }
-                        if let Some(s) = side.as_mut() {
-                            let row = Row::Page(&c);
-                            if (s.keep)(&row) {
-                                (s.f)(&row)?;
-                            }
+                        if side.as_ref().is_some_and(|s| (s.keep)(&Row::Page(&c))) {
+                            kept.push(c.rowid());
                         }
                     }
                     Ok(false) => {
@@ -457,7 +479,43 @@ impl<'p> Source<'p> {
             let sql = range_sql(&sql.replace(" ORDER BY rowid", ""), (Some(from), None));
             self.scan(sql, |r| Ok(visit(r.int(0), r.int(1))))?;
         }
+        if let (true, Some(s), Some((_, whole)), Some(leaves)) =
+            (side_done, side, side_places, leaves)
+        {
+            self.rows_at(table, leaves, whole, &kept, s)?;
+        }
         Ok(((sortable && !runs.is_empty()).then_some(runs), side_done))
+    }
+
+    /// Hands `side.f` the side pass's columns (`places` in the records) of each row of
+    /// `rowids`, in turn: from the pages, or through SQL where they hold something unexpected.
+    fn rows_at(
+        &mut self,
+        table: &str,
+        leaves: &Leaves,
+        places: Vec<Option<usize>>,
+        rowids: &[i64],
+        side: &mut SidePass<'_>,
+    ) -> Result<()> {
+        for &r in rowids {
+            if let Some(file) = self.file.as_ref() {
+                let mut c =
+                    TableCursor::new(file, leaves, places.clone(), Some(r), r.checked_add(1));
+                if matches!(c.step(), Ok(true)) && c.rowid() == r {
+                    (side.f)(&Row::Page(&c))?;
+                    continue;
+                }
+            }
+            let Some(sql) = self.select(table, side.cols, &format!("WHERE rowid = {r}")) else {
+                continue;
+            };
+            let f = &mut side.f;
+            self.scan(sql, |row| {
+                f(&Row::Sql(row))?;
+                Ok(false)
+            })?;
+        }
+        Ok(())
     }
 
     /// Steps through `sql`'s rows, calling `f` on each until it returns `false`; counts no
