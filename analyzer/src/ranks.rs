@@ -148,7 +148,15 @@ pub(crate) fn analyze_ranks(
         .iter()
         .map(|d| device_rank.get(d).and_then(|r| index_of.get(r)).copied())
         .collect();
-    let mut per_rank: Vec<Vec<Item>> = vec![Vec::new(); n];
+    // Sized first: grown one push at a time, each rank's copy of the records would be copied
+    // again at each doubling.
+    let mut counts = vec![0usize; n];
+    for it in items {
+        if let Some(r) = item_rank[it.device as usize] {
+            counts[r] += 1;
+        }
+    }
+    let mut per_rank: Vec<Vec<Item>> = counts.iter().map(|&c| Vec::with_capacity(c)).collect();
     let mut no_rank = 0u64;
     for it in items {
         match item_rank[it.device as usize] {
