@@ -1180,6 +1180,26 @@ mod tests {
         PageFile::new(file, geo)
     }
 
+    /// The bytes of a scratch file `name` in `dir` once `finish` has written into it.
+    fn written(dir: &std::path::Path, name: &str, finish: impl FnOnce(&mut PageFile)) -> Vec<u8> {
+        let path = dir.join(name);
+        let mut f = scratch(&path);
+        finish(&mut f);
+        f.close().unwrap();
+        std::fs::read(&path).unwrap()
+    }
+
+    /// A reproducible stream of pseudo-random non-negative numbers.
+    fn numbers(seed: u64) -> impl FnMut() -> i64 {
+        let mut x = seed;
+        move || {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (x >> 33) as i64
+        }
+    }
+
     /// Pages appended with writeback started after every one of them are the file's bytes, as
     /// without it: the buffer is flushed in order around each start.
     #[test]
@@ -1212,21 +1232,8 @@ mod tests {
     /// times come out of order, entries added after a sort, and more prefixes than it keeps.
     #[test]
     fn entries_kept_by_prefix_write_the_whole_sorts_tree() {
-        fn write(dir: &std::path::Path, name: &str, finish: impl FnOnce(&mut PageFile)) -> Vec<u8> {
-            let path = dir.join(name);
-            let mut f = scratch(&path);
-            finish(&mut f);
-            f.close().unwrap();
-            std::fs::read(&path).unwrap()
-        }
         let dir = tempfile::tempdir().unwrap();
-        let mut x = 11u64;
-        let mut next = move || {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (x >> 33) as i64
-        };
+        let mut next = numbers(11);
         for (case, prefixes) in [(0, 3), (1, 40), (2, MAX_PREFIXES + 5)] {
             let (mut by_prefix, mut whole) = (PrefixIndex::new(2), IndexTree::new(2));
             let n = (prefixes * 2).max(5000);
@@ -1249,10 +1256,10 @@ mod tests {
                     by_prefix.sort();
                 }
             }
-            let a = write(dir.path(), &format!("p{case}"), |f| {
+            let a = written(dir.path(), &format!("p{case}"), |f| {
                 by_prefix.finish(f).unwrap()
             });
-            let b = write(dir.path(), &format!("w{case}"), |f| {
+            let b = written(dir.path(), &format!("w{case}"), |f| {
                 whole.finish(f).unwrap()
             });
             assert!(a.len() > 4 * 512, "{case}");
@@ -1266,20 +1273,7 @@ mod tests {
     #[test]
     fn packed_pairs_write_the_whole_entries_tree() {
         let dir = tempfile::tempdir().unwrap();
-        let write = |name: &str, finish: &mut dyn FnMut(&mut PageFile)| {
-            let path = dir.path().join(name);
-            let mut f = scratch(&path);
-            finish(&mut f);
-            f.close().unwrap();
-            std::fs::read(&path).unwrap()
-        };
-        let mut x = 7u64;
-        let mut next = move || {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (x >> 33) as i64
-        };
+        let mut next = numbers(7);
         for case in 0..4 {
             let (mut packed, mut whole) = (PairIndex::new(2), IndexTree::new(2));
             let n = 20_000i64;
@@ -1310,15 +1304,11 @@ mod tests {
                 case == 1 || case == 2,
                 "case {case}"
             );
-            let a = write(&format!("p{case}"), &mut |f| {
-                std::mem::replace(&mut packed, PairIndex::new(0))
-                    .finish(f)
-                    .unwrap()
+            let a = written(dir.path(), &format!("p{case}"), |f| {
+                packed.finish(f).unwrap()
             });
-            let b = write(&format!("w{case}"), &mut |f| {
-                std::mem::replace(&mut whole, IndexTree::new(0))
-                    .finish(f)
-                    .unwrap()
+            let b = written(dir.path(), &format!("w{case}"), |f| {
+                whole.finish(f).unwrap()
             });
             assert!(a.len() > 4 * 512, "{case}");
             assert!(a == b, "case {case}: the trees differ");
