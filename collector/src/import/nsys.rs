@@ -396,7 +396,8 @@ impl<'p> Source<'p> {
     /// The first rowid of each run of rows in `start` order in `table`, read in rowid order
     /// (at most [`MAX_PAGE_RUNS`]);
     /// `None` when SQLite must sort the table (see [`Source::by_start`]). When the pages are
-    /// read whole, `side`'s rows are handed to it on the way (the `bool`: whether they were).
+    /// read whole, `side`'s rows are handed to it once the pass is through (the `bool`: whether
+    /// they were).
     fn runs(
         &mut self,
         table: &str,
