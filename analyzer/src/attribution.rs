@@ -287,12 +287,22 @@ pub(crate) fn attribute(
     crate::lap(clock, "api calls scan");
     let tree: &Tree = tree;
     let thread_pid: Vec<i64> = tree.threads.iter().map(|t| t.0).collect();
-    // Runtimes hand out correlation ids in call order, so this is usually sorted already.
+    // Runtimes hand out correlation ids in call order, so this is usually sorted already, or
+    // sorted within each process (the calls of a job's ranks interleave).
     if !launches.is_sorted_by_key(|l| (l.correlation_id, l.thread)) {
-        let path = crate::sort::sort_like_unstable(
+        let mut pids = thread_pid.clone();
+        pids.sort_unstable();
+        pids.dedup();
+        let thread_stream: Vec<usize> = thread_pid
+            .iter()
+            .map(|p| pids.binary_search(p).unwrap_or(0))
+            .collect();
+        let path = crate::sort::sort_like_unstable_streams(
             &mut launches,
             |l| (l.correlation_id, l.thread),
             |l| l.seq,
+            |l| thread_stream[l.thread as usize],
+            pids.len(),
         );
         tracing::debug!("launches sorted: {path:?}");
     }

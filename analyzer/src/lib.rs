@@ -444,10 +444,13 @@ pub(crate) fn analyze_loaded(
         items.retain(|it| in_scope(it.launch_ns));
     }
     if !items.is_sorted_by_key(|it| (it.device, it.start_ns, it.dur_ns)) {
-        let path = sort::sort_like_unstable(
+        // Each GPU's records come in its own time order.
+        let path = sort::sort_like_unstable_streams(
             &mut items,
             |it| (it.device, it.start_ns, it.dur_ns),
             |it| it.seq,
+            |it| usize::from(it.device),
+            devices.len(),
         );
         tracing::debug!("GPU records sorted: {path:?}");
     }

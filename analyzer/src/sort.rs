@@ -30,12 +30,26 @@ pub(crate) fn sort_like_unstable<T: Copy, K: Ord>(
     key: impl Fn(&T) -> K,
     seq: impl Fn(&T) -> u32,
 ) -> Path {
+    sort_runs(v, key, seq, false)
+}
+
+/// [`sort_like_unstable`] of `v`, which holds the input `permuted` (when true) rather than in
+/// its order.
+fn sort_runs<T: Copy, K: Ord>(
+    v: &mut [T],
+    key: impl Fn(&T) -> K,
+    seq: impl Fn(&T) -> u32,
+    permuted: bool,
+) -> Path {
     // Ends of the ascending runs.
     let mut ends: Vec<usize> = Vec::new();
     for i in 1..v.len() {
         if key(&v[i]) < key(&v[i - 1]) {
             ends.push(i);
             if ends.len() > v.len() / MIN_MEAN_RUN {
+                if permuted {
+                    v.sort_unstable_by_key(&seq);
+                }
                 v.sort_unstable_by_key(key);
                 return Path::Unstable;
             }
@@ -69,6 +83,47 @@ pub(crate) fn sort_like_unstable<T: Copy, K: Ord>(
         return Path::MergedThenUnstable;
     }
     Path::Merged
+}
+
+/// Streams beyond this many are not worth partitioning into: [`sort_like_unstable_streams`]
+/// sorts as [`sort_like_unstable`] does.
+const MAX_STREAMS: usize = 64;
+
+/// [`sort_like_unstable`] for input that interleaves a few sorted (or nearly sorted) streams:
+/// the calls of several processes, each handing out correlation ids in its own order, or the
+/// records of several GPUs. Each element's `stream` (below `streams`) is read twice, the
+/// elements gathered stream by stream (keeping their order), and the streams' runs merged.
+/// Interleaved, the streams break each other's runs at every switch, and the input reads as
+/// unsorted.
+pub(crate) fn sort_like_unstable_streams<T: Copy, K: Ord>(
+    v: &mut Vec<T>,
+    key: impl Fn(&T) -> K,
+    seq: impl Fn(&T) -> u32,
+    stream: impl Fn(&T) -> usize,
+    streams: usize,
+) -> Path {
+    if !(2..=MAX_STREAMS).contains(&streams) {
+        return sort_like_unstable(v, key, seq);
+    }
+    let Some(&first) = v.first() else {
+        return Path::Merged;
+    };
+    let stream = |x: &T| stream(x).min(streams - 1);
+    let mut at = [0usize; MAX_STREAMS + 1];
+    for x in v.iter() {
+        at[stream(x) + 1] += 1;
+    }
+    for s in 1..=streams {
+        at[s] += at[s - 1];
+    }
+    let mut gathered = vec![first; v.len()];
+    for x in v.iter() {
+        let s = stream(x);
+        gathered[at[s]] = *x;
+        at[s] += 1;
+    }
+    *v = gathered;
+    sort_runs(v, key, seq, true)
 }
 
 /// Merges the sorted runs `v[..mid]` and `v[mid..]` (order among equal keys unspecified).
@@ -120,7 +175,7 @@ fn merge<T: Copy, K: Ord>(v: &mut [T], mid: usize, key: &impl Fn(&T) -> K, buf: 
 
 #[cfg(test)]
 mod tests {
-    use super::{sort_like_unstable, Path};
+    use super::{sort_like_unstable, sort_like_unstable_streams, Path};
 
     /// An element whose key may repeat, and whose payload tells equal-key elements apart.
     #[derive(Clone, Copy, Debug, PartialEq)]
@@ -148,6 +203,60 @@ mod tests {
         let path = sort_like_unstable(&mut got, |e| e.key, |e| e.seq);
         assert_eq!(got, want, "keys {keys:?}");
         path
+    }
+
+    /// As `check`, through the streams given by `stream` (of `streams`).
+    fn check_streams(keys: &[(u16, i64)], stream: impl Fn(&E) -> usize, streams: usize) -> Path {
+        let mut want = elements(keys);
+        want.sort_unstable_by_key(|e| e.key);
+        let mut got = elements(keys);
+        let path = sort_like_unstable_streams(&mut got, |e| e.key, |e| e.seq, stream, streams);
+        assert_eq!(got, want, "keys {keys:?}");
+        path
+    }
+
+    #[test]
+    fn gives_sort_unstable_order_through_streams() {
+        use Path::*;
+        let by_payload: fn(&E) -> usize = |e| (e.payload % 3) as usize;
+        let by_key: fn(&E) -> usize = |e| e.key.0 as usize;
+        assert_eq!(check_streams(&[], by_key, 2), Merged);
+        assert_eq!(check_streams(&[(1, 1), (0, 2)], by_key, 2), Merged);
+        let mut next = rng(0x2545_f491_4f6c_dd1d);
+        for n in [100usize, 1_000, 20_000] {
+            // Two processes' calls by correlation id, their ids overlapping, taking turns in
+            // bursts: unsorted as a whole, sorted within each stream.
+            let mut ids = [0i64; 2];
+            let turns: Vec<(u16, i64)> = (0..n)
+                .map(|_| {
+                    let p = next(2) as usize;
+                    ids[p] += 1 + next(3) as i64;
+                    (p as u16, ids[p])
+                })
+                .collect();
+            let swapped: Vec<(u16, i64)> = turns
+                .iter()
+                .map(|&(p, id)| (0, id * 2 + i64::from(p)))
+                .collect();
+            let by_parity: fn(&E) -> usize = |e| (e.key.1 & 1) as usize;
+            assert_eq!(check(&swapped), Unstable);
+            assert_eq!(check_streams(&swapped, by_parity, 2), Merged);
+            // Two GPUs' records, the device the key's first part.
+            assert_eq!(check_streams(&turns, by_key, 2), Merged);
+            // Ties across the streams (both processes' ids overlap): the order among equal
+            // keys is still sort_unstable's.
+            let ties: Vec<(u16, i64)> = turns.iter().map(|&(_, id)| (0, id)).collect();
+            let process = |e: &E| turns[e.seq as usize].0 as usize;
+            assert_eq!(check_streams(&ties, process, 2), MergedThenUnstable);
+            // Streams that do not sort the input, with ties: sort_unstable from the input's
+            // own order.
+            let random: Vec<(u16, i64)> = (0..n).map(|_| (0, next(50) as i64)).collect();
+            assert_eq!(check_streams(&random, by_payload, 3), Unstable);
+            // Streams numbered past the count given share the last.
+            assert_eq!(check_streams(&random, |e| e.payload as usize, 2), Unstable);
+            // Too many streams: as without them.
+            assert_eq!(check_streams(&swapped, by_parity, 65), Unstable);
+        }
     }
 
     /// A deterministic pseudo-random sequence.
