@@ -299,7 +299,8 @@ pub(crate) fn analyze_ranks(
                     .collect::<Vec<_>>(),
             ),
         };
-        let mut compute: HashMap<u16, Vec<(i64, i64)>> = HashMap::new();
+        // Compute kernels' time per GPU (by the records' device index).
+        let mut compute: Vec<Vec<(i64, i64)>> = vec![Vec::new(); devices.len()];
         for it in items.iter().filter(|it| it.kind() == KIND_KERNEL) {
             row.kernel_ns += it.dur_ns;
             if it.class == Class::Communication {
@@ -307,14 +308,10 @@ pub(crate) fn analyze_ranks(
                 row.comm_kernels += 1;
             } else {
                 row.compute_ns += it.dur_ns;
-                compute
-                    .entry(it.device)
-                    .or_default()
-                    .push((it.start_ns, it.start_ns + it.dur_ns));
+                compute[usize::from(it.device)].push((it.start_ns, it.start_ns + it.dur_ns));
             }
         }
-        let compute: HashMap<u16, Vec<(i64, i64)>> =
-            compute.into_iter().map(|(d, v)| (d, union_of(v))).collect();
+        let compute: Vec<Vec<(i64, i64)>> = compute.into_iter().map(union_of).collect();
         for (j, (c, i)) in colls[r].iter().enumerate() {
             let d = dur(c);
             let kind = by_kind
@@ -334,9 +331,11 @@ pub(crate) fn analyze_ranks(
                     kind.unmatched_ns += d;
                 }
             }
-            if let Some(u) = compute.get(&items[*i].device) {
-                row.overlap_ns += covered(u, c.start_ns, c.end_ns);
-            }
+            row.overlap_ns += covered(
+                &compute[usize::from(items[*i].device)],
+                c.start_ns,
+                c.end_ns,
+            );
         }
         row.overlap_pct = pct(row.overlap_ns, row.comm_ns);
         rows.push(row);
@@ -355,6 +354,26 @@ pub(crate) fn analyze_ranks(
                 .join(", ")
         ));
     }
+    // Each rank's collectives by launch time, with the running sum of their waits: a step's
+    // waiting is then the difference of two sums, found by bisection, rather than a pass over
+    // every collective of the run for each step. (The sums wrap, and their difference is
+    // exact wherever the step's own sum fits.)
+    let waits_by_launch: Vec<(Vec<i64>, Vec<i64>)> = (0..n)
+        .map(|r| {
+            let mut v: Vec<(i64, i64)> = colls[r]
+                .iter()
+                .enumerate()
+                .map(|(j, (_, i))| (per_rank[r][*i].launch_ns, wait[r][j].unwrap_or(0)))
+                .collect();
+            v.sort_unstable_by_key(|&(t, _)| t);
+            let mut sums = Vec::with_capacity(v.len() + 1);
+            sums.push(0i64);
+            for &(_, w) in &v {
+                sums.push(sums[sums.len() - 1].wrapping_add(w));
+            }
+            (v.into_iter().map(|(t, _)| t).collect(), sums)
+        })
+        .collect();
     let mut steps_out = Vec::with_capacity(most);
     for k in 0..most {
         let wall: Vec<Option<i64>> = found
@@ -364,17 +383,10 @@ pub(crate) fn analyze_ranks(
         let comm_wait: Vec<Option<i64>> = (0..n)
             .map(|r| {
                 let w = found[r].windows.get(k)?;
-                Some(
-                    colls[r]
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, (_, i))| {
-                            let t = per_rank[r][*i].launch_ns;
-                            t >= w.start_ns && t < w.end_ns
-                        })
-                        .filter_map(|(j, _)| wait[r][j])
-                        .sum(),
-                )
+                let (launches, sums) = &waits_by_launch[r];
+                let lo = launches.partition_point(|&t| t < w.start_ns);
+                let hi = launches.partition_point(|&t| t < w.end_ns).max(lo);
+                Some(sums[hi].wrapping_sub(sums[lo]))
             })
             .collect();
         let (slowest, max) = wall

@@ -310,6 +310,16 @@ fn two_ranks_report_steps_waiting_transfer_and_overlap() {
         assert_eq!(s.slowest_rank, 1);
         assert_eq!(s.straggler_rank, Some(1));
     }
+    // Every collective of this trace is launched within one of the two steps: the steps'
+    // waiting adds up to each rank's, and rank 0 waits in both.
+    for (k, x) in r.ranks.iter().enumerate() {
+        let by_step: i64 = r.steps.iter().map(|s| s.comm_wait_ns[k].unwrap()).sum();
+        assert_eq!(by_step, x.comm_wait_ns, "rank {}", x.rank);
+    }
+    assert!(r
+        .steps
+        .iter()
+        .all(|s| s.comm_wait_ns[0].unwrap() > 1_000_000));
     assert_eq!(r.collectives.len(), 1);
     assert_eq!(r.collectives[0].groups, 5);
     let text = render_text(&a, &cfg);
