@@ -393,7 +393,7 @@ impl<'a> Scanner<'a> {
 
     /// The end (closing quote) of a string whose contents start at `i`, when it has no escape
     /// and no control character.
-    #[inline]
+    #[inline(always)]
     fn str_end(&self, i: usize) -> Option<usize> {
         // Most strings (keys, phases, categories, ids) are a few bytes long: eight bytes at a
         // time for the first ones, where memchr would spend more setting up than searching.
@@ -420,7 +420,7 @@ impl<'a> Scanner<'a> {
     }
 
     /// A string value (contents, byte after it) or `null`.
-    #[inline]
+    #[inline(always)]
     fn opt_str(&self, i: usize) -> Option<(Option<Cow<'a, str>>, usize)> {
         match self.at(i) {
             b'"' => {
@@ -439,7 +439,7 @@ impl<'a> Scanner<'a> {
 
     /// An integer as serde_json reads it into an `i64` without loss (at most 18 digits, no
     /// fraction or exponent); anything else is left to serde_json.
-    #[inline]
+    #[inline(always)]
     fn int(&self, i: usize) -> Option<(i64, usize)> {
         let neg = self.at(i) == b'-';
         let start = i + neg as usize;
@@ -519,7 +519,7 @@ impl<'a> Scanner<'a> {
     }
 
     /// A field read as [`Num`]: an integer, a string, a boolean or `null`.
-    #[inline]
+    #[inline(always)]
     fn opt_num(&self, i: usize) -> Option<(Option<Num<'a>>, usize)> {
         match self.at(i) {
             b'-' | b'0'..=b'9' => {
@@ -577,7 +577,7 @@ impl<'a> Scanner<'a> {
     /// exponent, a string, bad JSON), which [`Scanner::opt_raw`] and `time_ns` then read. One
     /// pass over the bytes, eight digits at a time, instead of a pass to find the number's end
     /// and another to read it.
-    #[inline]
+    #[inline(always)]
     fn decimal_time(&self, i: usize) -> Option<(i64, usize)> {
         let neg = self.at(i) == b'-';
         let start = i + neg as usize;
@@ -618,6 +618,25 @@ impl<'a> Scanner<'a> {
         let mut frac = 0;
         if self.at(j) == b'.' {
             let from = j + 1;
+            // Up to seven digits from one word (Kineto writes one or three); more a byte at a
+            // time.
+            if let Some(word) = self.word(from) {
+                let n = leading_digits(word);
+                if n == 0 {
+                    return None;
+                }
+                if n < 8 {
+                    let k = n.min(3);
+                    let half_up = n > 3 && (word >> 24) as u8 >= b'5';
+                    frac = (first_digits(word, k) * POW10[3 - k]) as i64 + i64::from(half_up);
+                    j = from + n;
+                    if matches!(self.at(j), b'e' | b'E') {
+                        return None;
+                    }
+                    let ns = (us as i64).checked_mul(1000)?.checked_add(frac)?;
+                    return Some((if neg { -ns } else { ns }, j));
+                }
+            }
             let mut k = from;
             while self.at(k).is_ascii_digit() {
                 k += 1;
@@ -637,7 +656,7 @@ impl<'a> Scanner<'a> {
 
     /// A time field: its JSON text (as [`Scanner::opt_raw`] keeps it) and, where it has the
     /// decimal form [`Scanner::decimal_time`] reads, its nanoseconds.
-    #[inline]
+    #[inline(always)]
     fn opt_time(&self, i: usize) -> Option<(Option<Raw<'a>>, Option<i64>, usize)> {
         if matches!(self.at(i), b'-' | b'0'..=b'9') {
             if let Some((ns, e)) = self.decimal_time(i) {
@@ -676,6 +695,37 @@ impl<'a> Scanner<'a> {
         Some(j)
     }
 
+    /// The end of a number of the plain forms Kineto writes for the values fuseprof passes
+    /// over (`27`, `-3`, `22.222221`: digits, without a leading zero, and an optional fraction),
+    /// read a word at a time in one place; `None` for anything else (an exponent, a leading
+    /// zero, a number running to the window's end), which [`Scanner::skip`] then reads.
+    #[inline]
+    fn plain_number_end(&self, i: usize) -> Option<usize> {
+        let start = i + (self.at(i) == b'-') as usize;
+        let run = |j: usize| -> Option<usize> {
+            let mut k = j;
+            loop {
+                let n = leading_digits(self.word(k)?);
+                k += n;
+                if n < 8 {
+                    return Some(k);
+                }
+            }
+        };
+        let mut j = run(start)?;
+        if j == start || (j - start > 1 && self.b[start] == b'0') {
+            return None;
+        }
+        if self.at(j) == b'.' {
+            let k = run(j + 1)?;
+            if k == j + 1 {
+                return None;
+            }
+            j = k;
+        }
+        (!matches!(self.at(j), b'e' | b'E')).then_some(j)
+    }
+
     /// The end of any value, checked as serde_json checks a value it ignores; containers
     /// nest at most to `MAX_DEPTH` counting from `depth`.
     fn skip(&self, i: usize, depth: u32) -> Option<usize> {
@@ -708,7 +758,14 @@ impl<'a> Scanner<'a> {
                     continue;
                 }
             } else {
-                j = self.scalar_end(j)?;
+                // (Kineto's shapes and types: integers and plain strings.)
+                j = match c {
+                    b'"' => self.str_end(j + 1)? + 1,
+                    _ => match self.plain_number_end(j) {
+                        Some(e) => e,
+                        None => self.scalar_end(j)?,
+                    },
+                };
             }
             // After a value: its container's separator or end.
             loop {
@@ -841,7 +898,7 @@ impl<'a> Scanner<'a> {
 
     /// The value of `field` at `j` into `e` (whose `args` is there for an args field), and the
     /// byte after it.
-    #[inline]
+    #[inline(always)]
     fn read(&self, field: Field, j: usize, e: &mut RawEvent<'a>) -> Option<usize> {
         let num = |v: &mut Option<Num<'a>>| {
             let (x, n) = self.opt_num(j)?;
@@ -870,7 +927,10 @@ impl<'a> Scanner<'a> {
             Some(n)
         };
         match field {
-            Field::Skip => self.skip(j, 1),
+            Field::Skip => match self.plain_number_end(j) {
+                Some(n) => Some(n),
+                None => self.skip(j, 1),
+            },
             Field::Ph => str(&mut e.ph),
             Field::Cat => str(&mut e.cat),
             Field::Name => str(&mut e.name),
@@ -906,26 +966,20 @@ impl<'a> Scanner<'a> {
     #[inline]
     fn lit(&self, j: usize, lit: &Literal) -> bool {
         let n = lit.bytes.len();
-        let Some(s) = self.b.get(j..j + n) else {
-            return false;
-        };
-        match self.b.get(j..j + 8 * lit.words.len()) {
-            // A word at a time, the bytes past the literal masked off in the last.
+        match self.b.get(j..j + LITERAL_HEAD) {
+            // The first 32 bytes as four words, those past the literal masked off: no branch
+            // on the literal's length, which changes from one node to the next.
             Some(w) => {
-                let mut k = 0;
-                for (x, &want) in w.chunks_exact(8).zip(&lit.words) {
-                    let mut x = u64::from_le_bytes(x.try_into().unwrap_or_default());
-                    k += 8;
-                    if k > n {
-                        x &= u64::MAX >> (8 * (k - n));
-                    }
-                    if x != want {
-                        return false;
-                    }
+                let mut diff = 0;
+                for (k, (&want, &mask)) in lit.head.iter().zip(&lit.mask).enumerate() {
+                    let x = u64::from_le_bytes(w[8 * k..8 * k + 8].try_into().unwrap_or_default());
+                    diff |= (x ^ want) & mask;
                 }
-                true
+                diff == 0
+                    && (n <= LITERAL_HEAD
+                        || self.b.get(j + LITERAL_HEAD..j + n) == Some(&lit.bytes[LITERAL_HEAD..]))
             }
-            None => *s == *lit.bytes,
+            None => self.b.get(j..j + n) == Some(&*lit.bytes),
         }
     }
 }
@@ -996,12 +1050,6 @@ impl Field {
             b"Input type" => Field::InputTypes,
             _ => Field::Skip,
         }
-    }
-
-    /// Whether the field is a member of an event's `args`.
-    #[inline]
-    fn in_args(self) -> bool {
-        self as u32 >= Field::ExternalId as u32
     }
 
     /// Marks the field as met in its object (`seen`); `None` when it was already: serde's
@@ -1083,7 +1131,16 @@ impl Shapes {
     /// next and whose value reads; `None` where none does.
     #[inline]
     fn walk<'a>(&mut self, s: &Scanner<'a>, i: usize, e: &mut RawEvent<'a>) -> Option<usize> {
-        *e = RawEvent::default();
+        // `args` is there from the start, so that an args field needs no check, and taken away
+        // at the end of a layout without it. (The scanner only borrows from the text, so the
+        // event it replaces owns nothing to drop.)
+        std::mem::forget(std::mem::replace(
+            e,
+            RawEvent {
+                args: Some(Args::default()),
+                ..RawEvent::default()
+            },
+        ));
         let mut node = 0;
         let mut j = i;
         'down: loop {
@@ -1095,16 +1152,12 @@ impl Shapes {
                 }
                 let at = j + child.lit.bytes.len();
                 let Some(field) = child.field else {
-                    if child.args && e.args.is_none() {
-                        e.args = Some(Args::default());
+                    if !child.args {
+                        e.args = None;
                     }
                     return Some(at);
                 };
                 // (A value that does not read leaves `e` as it was: another child may fit.)
-                let fresh = field.in_args() && e.args.is_none();
-                if fresh {
-                    e.args = Some(Args::default());
-                }
                 if let Some(n) = s.read(field, at, e) {
                     if k > 0 {
                         // The more common of two siblings drifts first.
@@ -1113,9 +1166,6 @@ impl Shapes {
                     j = n;
                     node = c as usize;
                     continue 'down;
-                }
-                if fresh {
-                    e.args = None;
                 }
             }
             return None;
@@ -1160,27 +1210,32 @@ impl Shapes {
     }
 }
 
-/// Bytes an event must hold at some point, and the same as little-endian words (the last one
-/// padded with zeros) for [`Scanner::lit`].
+/// The bytes of a literal that [`Scanner::lit`] compares as words.
+const LITERAL_HEAD: usize = 32;
+
+/// Bytes an event must hold at some point, and its first [`LITERAL_HEAD`] as little-endian
+/// words with the masks that keep only the literal's bytes of each, for [`Scanner::lit`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Literal {
     bytes: Box<[u8]>,
-    words: Box<[u64]>,
+    head: [u64; 4],
+    mask: [u64; 4],
 }
 
 impl Literal {
     fn new(bytes: &[u8]) -> Literal {
-        let words = bytes
-            .chunks(8)
-            .map(|c| {
-                let mut w = [0u8; 8];
-                w[..c.len()].copy_from_slice(c);
-                u64::from_le_bytes(w)
-            })
-            .collect();
+        let mut head = [0u64; 4];
+        let mut mask = [0u64; 4];
+        for (k, c) in bytes.chunks(8).take(4).enumerate() {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            head[k] = u64::from_le_bytes(w);
+            mask[k] = u64::MAX >> (8 * (8 - c.len()));
+        }
         Literal {
             bytes: bytes.into(),
-            words,
+            head,
+            mask,
         }
     }
 }
@@ -1189,7 +1244,8 @@ impl Literal {
 mod tests {
     use super::*;
 
-    /// Integers read from words read as the byte loop reads them, and end where it ends.
+    /// Integers read from words read as the byte loop reads them, and numbers end where it
+    /// ends.
     #[test]
     fn word_integers_match_the_byte_loop() {
         let mut x = 0x2545_f491_4f6c_dd1du64;
@@ -1212,7 +1268,21 @@ mod tests {
                 };
                 t.push(char::from(b'0' + d as u8));
             }
-            t.push_str(["", ",", "}", ".5", "e2", "E", "x", " ", "]"][next() as usize % 9]);
+            let ends = [
+                "",
+                ",",
+                "}",
+                ".5",
+                "e2",
+                "E",
+                "x",
+                " ",
+                "]",
+                ".",
+                ".25e1",
+                ".123456789012,",
+            ];
+            t.push_str(ends[next() as usize % ends.len()]);
             // Some padding after, so that both short windows and long ones are read.
             for pad in ["", "0123456789abcdef"] {
                 let doc = format!("{t}{pad}");
@@ -1220,6 +1290,9 @@ mod tests {
                 assert_eq!(s.int(0), s.int_bytes(0), "{doc:?}");
                 let bytes = number_end_bytes(&s, 0);
                 assert_eq!(s.number_end(0), bytes, "{doc:?}");
+                // The plain forms' reader ends where the grammar does, or leaves it to `skip`.
+                let plain = s.plain_number_end(0);
+                assert!(plain.is_none() || plain == bytes, "{doc:?}");
             }
         }
     }
@@ -1557,7 +1630,7 @@ mod tests {
                 1 => t.push('.'),
                 _ => {
                     t.push('.');
-                    for _ in 0..1 + next() % 7 {
+                    for _ in 0..1 + next() % 12 {
                         t.push(char::from(b'0' + (next() % 10) as u8));
                     }
                 }
