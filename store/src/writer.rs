@@ -16,7 +16,6 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::thread::JoinHandle;
 
-use rustc_hash::FxHashMap;
 use serde::Serialize;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteLockingMode, SqliteSynchronous};
 use sqlx::{ConnectOptions, Connection, SqliteConnection};
@@ -712,45 +711,45 @@ impl HeldRows {
 /// theirs: most ids go to a vector in increasing order, and each kernel's is looked up from
 /// where the one before it was found. A hash map would scatter every access over the whole
 /// table instead (a cache miss each, most of the pid link's time). An id that comes after a
-/// larger one goes to a map.
+/// larger one (a fifth of a Kineto trace's calls, whose threads' calls come thread by thread)
+/// is set aside in a second vector, merged in by [`PidsByCorrelation::seal`] before any lookup.
 #[derive(Default)]
 struct PidsByCorrelation {
     /// Strictly increasing ids, each with its smallest pid so far.
     ordered: Vec<(i64, i64)>,
-    unordered: FxHashMap<i64, i64>,
+    /// The ids that came after a larger one, as they came.
+    late: Vec<(i64, i64)>,
 }
 
 impl PidsByCorrelation {
     fn insert(&mut self, c: i64, pid: i64) {
         match self.ordered.last_mut() {
             Some(last) if last.0 == c => last.1 = last.1.min(pid),
-            Some(last) if last.0 > c => {
-                let p = self.unordered.entry(c).or_insert(pid);
-                *p = (*p).min(pid);
-            }
+            Some(last) if last.0 > c => self.late.push((c, pid)),
             _ => self.ordered.push((c, pid)),
         }
     }
 
     /// Merges the ids that came out of order into `ordered`, once every call is in: lookups
-    /// then gallop through one vector instead of also probing a map each (a cache miss).
+    /// then gallop through one vector.
     fn seal(&mut self) {
-        if self.unordered.is_empty() {
+        if self.late.is_empty() {
             return;
         }
-        let mut late: Vec<(i64, i64)> = self.unordered.drain().collect();
+        let mut late = std::mem::take(&mut self.late);
         late.sort_unstable();
         // Two sorted runs: the stable sort finds them and merges them in one pass.
         self.ordered.append(&mut late);
         self.ordered.sort();
-        // An id in both keeps its smaller pid (the earlier of two equal ids has it, as the
-        // pair sorts by pid next).
+        // An id met more than once keeps its smallest pid (the first of its pairs, as the pairs
+        // sort by pid next).
         self.ordered.dedup_by_key(|e| e.0);
     }
 
-    /// The pid of id `c`; `near` is where the last lookup ended in `ordered`, moved to where
-    /// this one does.
+    /// The pid of id `c`, once sealed; `near` is where the last lookup ended in `ordered`,
+    /// moved to where this one does.
     fn get(&self, c: i64, near: &mut usize) -> Option<i64> {
+        debug_assert!(self.late.is_empty(), "looked up before sealed");
         let v = &self.ordered;
         // The bracket [lo, hi) that holds `c`'s place, widened from `near` in doubling steps.
         let at = (*near).min(v.len());
@@ -776,15 +775,7 @@ impl PidsByCorrelation {
         }
         let i = lo + v[lo..hi].partition_point(|e| e.0 < c);
         *near = i;
-        let ordered = v.get(i).filter(|e| e.0 == c).map(|e| e.1);
-        if self.unordered.is_empty() {
-            return ordered;
-        }
-        // An id may be in both: taken in order first, then again after a larger one.
-        match (ordered, self.unordered.get(&c)) {
-            (Some(a), Some(&b)) => Some(a.min(b)),
-            (a, b) => a.or(b.copied()),
-        }
+        v.get(i).filter(|e| e.0 == c).map(|e| e.1)
     }
 }
 
@@ -1225,15 +1216,12 @@ mod tests {
         let mut ids: Vec<i64> = want.keys().copied().collect();
         ids.sort();
         let mut near = 0;
-        // Before and after the late ids are merged in.
-        assert!(!pids.unordered.is_empty());
-        for pass in 0..6 {
-            if pass == 3 {
-                pids.seal();
-                assert!(pids.unordered.is_empty());
-                assert!(pids.ordered.windows(2).all(|w| w[0].0 < w[1].0));
-            }
-            let order: Vec<i64> = match pass % 3 {
+        assert!(!pids.late.is_empty());
+        pids.seal();
+        assert!(pids.late.is_empty());
+        assert!(pids.ordered.windows(2).all(|w| w[0].0 < w[1].0));
+        for pass in 0..3 {
+            let order: Vec<i64> = match pass {
                 0 => ids.clone(),
                 1 => ids.iter().rev().copied().collect(),
                 _ => ids.iter().map(|i| i ^ 0x55).collect(),
