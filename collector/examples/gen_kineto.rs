@@ -1,6 +1,13 @@
 //! Writes a large PyTorch-profiler trace by repeating a real one's steps, for the import
 //! benchmark: each copy is shifted past the previous one in time, and its correlation,
-//! External id and flow ids are offset so that launches still pair with their kernels.
+//! External id and flow ids are renumbered so that launches still pair with their kernels.
+//!
+//! The ids of a real trace grow by one per op or launch, so a trace of ten million events
+//! holds ids of seven or eight digits, and CUPTI's correlation ids are 32-bit. The source's ids
+//! are therefore ranked (each distinct value its place among them, so equal ids stay equal and
+//! their order is kept) and copy `c` numbers them from `lowest + c * distinct`: the ids go on
+//! from the source's lowest as a longer capture's would, instead of multiplying its highest by
+//! the copy count.
 //!
 //! cargo run --release -p fuseprof-collector --example gen_kineto -- SOURCE.json.gz COPIES OUT.json
 
@@ -23,17 +30,26 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let events = v["traceEvents"].take();
     let events = events.as_array().ok_or("no traceEvents")?;
     let (mut lo, mut hi) = (f64::MAX, f64::MIN);
-    let mut max_id = 0i64;
+    let mut ids = Vec::new();
     for e in events {
         if let Some(ts) = e["ts"].as_f64() {
             lo = lo.min(ts);
             hi = hi.max(ts + e["dur"].as_f64().unwrap_or(0.0));
         }
         for k in ["correlation", "External id"] {
-            max_id = max_id.max(e["args"][k].as_i64().unwrap_or(0));
+            ids.extend(e["args"][k].as_i64());
         }
-        max_id = max_id.max(e["id"].as_i64().unwrap_or(0));
+        ids.extend(e["id"].as_i64());
     }
+    ids.sort_unstable();
+    ids.dedup();
+    let lowest = ids.first().copied().unwrap_or(0);
+    let distinct = ids.len() as i64;
+    // An id's number in copy `c`.
+    let renumber = |x: i64, c: i64| {
+        let rank = ids.binary_search(&x).expect("every id was ranked") as i64;
+        lowest + c * distinct + rank
+    };
     let span = (hi - lo).ceil() + 1.0;
     let mut w = BufWriter::with_capacity(1 << 20, std::fs::File::create(out)?);
     write!(w, "{{\"schemaVersion\":1,\"traceEvents\":[")?;
@@ -48,14 +64,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             if let Some(ts) = e["ts"].as_f64() {
                 e["ts"] = serde_json::json!(ts + span * c as f64);
             }
-            let shift = (max_id + 1) * c;
             for k in ["correlation", "External id"] {
                 if let Some(x) = e["args"][k].as_i64() {
-                    e["args"][k] = (x + shift).into();
+                    e["args"][k] = renumber(x, c).into();
                 }
             }
             if let Some(x) = e["id"].as_i64() {
-                e["id"] = (x + shift).into();
+                e["id"] = renumber(x, c).into();
             }
             if !first {
                 w.write_all(b",\n")?;
