@@ -24,7 +24,7 @@ use crate::model::*;
 use crate::raw;
 use crate::reader::{Table, API_CALLS, FLOWS, KERNELS, MEMOPS, RANGES, STRINGS};
 use crate::{Error, Result};
-use btree::{Geometry, IndexTree, PageFile, PairIndex, PrefixIndex, Record, TableTree};
+use btree::{Geometry, PageFile, PairIndex, PrefixIndex, Record, TableTree};
 
 const BATCH_RECORDS: usize = 16 * 1024;
 /// `meta` keys that belong to the store itself.
@@ -514,8 +514,9 @@ async fn connect(path: &Path) -> Result<SqliteConnection> {
 /// The tables the bulk loader fills, with their columns in schema order, as it writes them.
 const BULK_TABLES: [&Table; 6] = [&STRINGS, &KERNELS, &MEMOPS, &API_CALLS, &RANGES, &FLOWS];
 
-/// The indexes on those tables, as `Bulk` builds them (migrations 2 and 5 declare them).
-const BULK_INDEXES: [(&str, &str); 8] = [
+/// The indexes on those tables, as `Bulk` builds them (migration 2 declares them, 6 drops
+/// the External id index that no reader used).
+const BULK_INDEXES: [(&str, &str); 7] = [
     (
         "kernels_by_stream_time",
         "kernels (device_id, stream_id, start_ns)",
@@ -532,10 +533,6 @@ const BULK_INDEXES: [(&str, &str); 8] = [
     ),
     ("api_calls_by_thread_time", "api_calls (pid, tid, start_ns)"),
     ("ranges_by_thread_time", "ranges (pid, tid, start_ns)"),
-    (
-        "ranges_by_external",
-        "ranges (external_id) WHERE external_id IS NOT NULL",
-    ),
 ];
 
 /// Creates the file with the whole schema through SQLite (every table and index empty, the
@@ -654,7 +651,6 @@ async fn open_for_writing(path: &Path, unindexed: bool) -> Result<Bulk> {
         api_calls_by_correlation: PairIndex::new(index_root("api_calls_by_correlation")?),
         api_calls_by_thread_time: PrefixIndex::new(index_root("api_calls_by_thread_time")?),
         ranges_by_thread_time: PrefixIndex::new(index_root("ranges_by_thread_time")?),
-        ranges_by_external: IndexTree::new(index_root("ranges_by_external")?),
         file: PageFile::new(file, geo),
         rec: Record::default(),
         link: None,
@@ -868,8 +864,6 @@ struct Bulk {
     api_calls_by_correlation: PairIndex,
     api_calls_by_thread_time: PrefixIndex,
     ranges_by_thread_time: PrefixIndex,
-    /// Partial: only ranges with an External id.
-    ranges_by_external: IndexTree<i64>,
     link: Option<Link>,
 }
 
@@ -994,9 +988,6 @@ impl Bulk {
         self.ranges.add(&mut self.file, id, r)?;
         self.ranges_by_thread_time
             .add([x.pid, x.tid, x.start_ns], id);
-        if let Some(e) = x.external_id {
-            self.ranges_by_external.add(e, id);
-        }
         Ok(())
     }
 
@@ -1027,18 +1018,16 @@ impl Bulk {
             std::mem::replace(&mut self.api_calls_by_correlation, PairIndex::new(0)),
             std::mem::replace(&mut self.api_calls_by_thread_time, PrefixIndex::new(0)),
             std::mem::replace(&mut self.ranges_by_thread_time, PrefixIndex::new(0)),
-            std::mem::replace(&mut self.ranges_by_external, IndexTree::new(0)),
         );
         let done = std::thread::scope(|s| -> std::io::Result<_> {
             // Ok: sorting on the second thread; Err: left for this one.
             let sorting = if cores > 1 {
                 Ok(s.spawn(move || {
-                    let (mut a, mut b, mut c, mut d) = done;
+                    let (mut a, mut b, mut c) = done;
                     a.sort();
                     b.sort();
                     c.sort();
-                    d.sort();
-                    (a, b, c, d)
+                    (a, b, c)
                 }))
             } else {
                 Err(done)
@@ -1080,7 +1069,6 @@ impl Bulk {
             self.api_calls_by_correlation,
             self.api_calls_by_thread_time,
             self.ranges_by_thread_time,
-            self.ranges_by_external,
         ) = done;
         let f = &mut self.file;
         for t in [
@@ -1100,7 +1088,6 @@ impl Bulk {
         self.api_calls_by_correlation.finish(f)?;
         self.api_calls_by_thread_time.finish(f)?;
         self.ranges_by_thread_time.finish(f)?;
-        self.ranges_by_external.finish(f)?;
         self.file.close()
     }
 }

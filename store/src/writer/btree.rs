@@ -649,14 +649,6 @@ impl IndexKey for (Option<i64>, Option<i64>) {
     }
 }
 
-impl IndexKey for i64 {
-    const COLS: usize = 1;
-    #[inline]
-    fn write(&self, rec: &mut IntRecord) {
-        rec.int(*self);
-    }
-}
-
 /// Most columns an [`IntRecord`] holds.
 const INT_RECORD_COLS: usize = 6;
 
