@@ -366,15 +366,15 @@ fn bulk_written_pages_pass_sqlites_integrity_check() {
             ("api_calls_by_correlation", "api_calls", "correlation_id, pid"),
             ("ranges_by_thread_time", "ranges", "pid, tid, start_ns"),
         ] {
-            let filter = format!("{} IS NOT NULL OR 1", cols.split(',').next().unwrap());
             let by_index: Vec<(i64,)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                "SELECT id FROM {table} INDEXED BY {index} WHERE {filter} ORDER BY {cols}, id"
+                "SELECT id FROM {table} INDEXED BY {index} WHERE {} IS NOT NULL OR 1 ORDER BY {cols}, id",
+                cols.split(',').next().unwrap()
             )))
             .fetch_all(&mut c)
             .await
             .unwrap();
             let sorted: Vec<(i64,)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                "SELECT id FROM {table} NOT INDEXED WHERE {filter} ORDER BY {cols}, id"
+                "SELECT id FROM {table} NOT INDEXED ORDER BY {cols}, id"
             )))
             .fetch_all(&mut c)
             .await
