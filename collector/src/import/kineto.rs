@@ -200,12 +200,6 @@ fn import_with(
         Err(ScanError::Read(e)) => {
             return Err(ImportError::format(path, format!("corrupt gzip data: {e}")))
         }
-        Err(ScanError::NotUtf8(at)) => {
-            return Err(ImportError::format(
-                path,
-                format!("not UTF-8 text (byte {at})"),
-            ))
-        }
         Err(ScanError::Invalid) => {
             let text = whole_text(path, &raw)?;
             let text = std::str::from_utf8(&text).map_err(|e| {
@@ -1066,6 +1060,63 @@ mod tests {
                             .replace("whole.json", "");
                     let text = String::from_utf8_lossy(text);
                     assert_eq!(got, want, "{text:?} {input:?}, {window:?}");
+                }
+            }
+        }
+    }
+
+    /// A byte that is not UTF-8 anywhere in the document is refused at its offset, whether
+    /// the scanner reads it (a name, a key, a kept raw value, an argument passed over) or
+    /// serde_json does (an event of unusual shape, a top-level value): the window is not
+    /// checked as UTF-8 ahead of the parser, so each way must check what it reads.
+    #[test]
+    fn bytes_that_are_not_utf8_are_refused_wherever_they_are() {
+        let dir = tempfile::tempdir().unwrap();
+        let event = r#"{"ph":"X","cat":"cpu_op","name":"aten::mm","pid":1,"tid":2,"ts":10.5,"dur":3,"args":{"External id":7,"Input Dims":[[2,3]],"Input type":["float"],"Other":"abc"}}"#;
+        let odd = r#"{"ph": "X", "cat": "cpu_op", "name": "aé", "pid": 1, "tid": 2, "ts": 1e1, "dur": 2.0, "args": {"Other": "abc"}}"#;
+        let doc = format!(
+            r#"{{"schemaVersion":1,"traceEvents":[{event},{event},{odd}],"other":{{"x":"abc"}}}}"#
+        );
+        // Each place: the text the bad byte replaces the first byte of (after `from`).
+        let places = [
+            (0, "aten::mm"),
+            (0, "cpu_op"),
+            (0, "Input Dims"),
+            (0, "float"),
+            (0, "abc"),
+            (doc.find(event).unwrap() + event.len(), "aten::mm"),
+            (doc.find(event).unwrap() + event.len(), "abc"),
+            (doc.find(odd).unwrap(), "abc"),
+            (doc.find(odd).unwrap(), "cpu_op"),
+            (doc.find(odd).unwrap() + odd.len(), "abc"),
+        ];
+        for (from, what) in places {
+            let at = from + doc[from..].find(what).unwrap();
+            for bad in [&[0xffu8][..], &[0xc3, 0x28], &[0xe2, 0x82]] {
+                let mut text = doc.as_bytes().to_vec();
+                text.splice(at..at + bad.len(), bad.iter().copied());
+                let plain = dir.path().join("bad.json");
+                std::fs::write(&plain, &text).unwrap();
+                let gz = dir.path().join("bad.json.gz");
+                std::fs::write(&gz, gzip(&text)).unwrap();
+                for (input, cores) in [(&plain, 1), (&gz, 1), (&gz, 2)] {
+                    let out = dir.path().join("out.sqlite");
+                    let _ = std::fs::remove_file(&out);
+                    let e = import_with(
+                        input,
+                        &out,
+                        CreateOptions::default(),
+                        None,
+                        Window::DEFAULT,
+                        cores,
+                    )
+                    .unwrap_err()
+                    .to_string();
+                    assert!(
+                        e.ends_with(&format!("not UTF-8 text (byte {at})")),
+                        "{what} after {from}, {bad:x?}, {input:?}: {e}"
+                    );
+                    assert!(!out.exists());
                 }
             }
         }

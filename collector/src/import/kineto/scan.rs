@@ -32,8 +32,6 @@ pub(super) enum ScanError {
     Sink(fuseprof_store::Error),
     /// Reading the stream failed (corrupt gzip data).
     Read(std::io::Error),
-    /// The bytes from this offset of the document are not UTF-8.
-    NotUtf8(u64),
 }
 
 pub(super) type Scan<T> = Result<T, ScanError>;
@@ -47,7 +45,8 @@ const MAX_DEPTH: u32 = 64;
 const SHORT_WORDS: usize = 4;
 
 /// Flags (high bit of its byte) the first byte of `word` (little-endian) that ends a plain
-/// string or leaves it to serde_json: a quote, a backslash or a control character. Bytes after
+/// string or leaves it to serde_json: a quote, a backslash, a control character or a byte
+/// outside ASCII (the scanner checks no UTF-8 itself). Bytes after
 /// the first flagged one may be flagged wrongly (a borrow carries into them), so only the
 /// lowest flag counts.
 #[inline]
@@ -57,9 +56,9 @@ fn string_stops(word: u64) -> u64 {
     let zero_byte = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
     let quote = zero_byte(word ^ (ONES * b'"' as u64));
     let backslash = zero_byte(word ^ (ONES * b'\\' as u64));
-    // A byte below 0x20 borrows when 0x20 is taken from it.
-    let control = word.wrapping_sub(ONES * 0x20) & !word & HIGH;
-    quote | backslash | control
+    // A byte below 0x20 borrows when 0x20 is taken from it; one above 0x7f has its high bit.
+    let control_or_high = (word.wrapping_sub(ONES * 0x20) | word) & HIGH;
+    quote | backslash | control_or_high
 }
 
 /// How many of `word`'s bytes (little-endian, the first at the bottom) are ASCII digits
@@ -262,17 +261,28 @@ fn events(feed: &mut Feed<'_>, i: usize, sink: &mut Sink<'_>) -> Scan<usize> {
     }
 }
 
+/// The scanner over a window of the document's bytes, which are not checked as UTF-8 ahead of
+/// it: what it reads itself it accepts only as ASCII (a string with any other byte goes to
+/// serde_json with its event), and what it hands to serde_json is checked as UTF-8 once read,
+/// so every byte of a document it accepts has been checked one way or the other.
 pub(super) struct Scanner<'a> {
-    text: &'a str,
     b: &'a [u8],
 }
 
 impl<'a> Scanner<'a> {
-    pub fn new(text: &'a str) -> Scanner<'a> {
-        Scanner {
-            text,
-            b: text.as_bytes(),
-        }
+    pub fn new(bytes: &'a [u8]) -> Scanner<'a> {
+        Scanner { b: bytes }
+    }
+
+    /// The text of bytes `i..e`, which the scanner has read as ASCII.
+    #[inline(always)]
+    fn ascii(&self, i: usize, e: usize) -> &'a str {
+        let b = &self.b[i..e];
+        debug_assert!(b.is_ascii());
+        // SAFETY: every caller passes bytes it has read as ASCII (strings through `str_end`,
+        // which refuses any byte above 0x7f; numbers, literals and JSON's punctuation byte by
+        // byte), and ASCII is UTF-8.
+        unsafe { std::str::from_utf8_unchecked(b) }
     }
 
     /// Bytes in the window.
@@ -300,11 +310,20 @@ impl<'a> Scanner<'a> {
         i
     }
 
-    /// One value from byte `i` through serde_json, and the byte after it.
+    /// One value from byte `i` through serde_json, and the byte after it. Its bytes are then
+    /// checked as UTF-8 (serde_json checks the strings it returns, not those it passes over):
+    /// a value that is not is refused as not JSON, and the caller's check of the whole text
+    /// says where.
     fn serde<T: Deserialize<'a>>(&self, i: usize) -> Scan<(T, usize)> {
-        let mut values = serde_json::Deserializer::from_str(&self.text[i..]).into_iter::<T>();
+        let mut values = serde_json::Deserializer::from_slice(&self.b[i..]).into_iter::<T>();
         match values.next() {
-            Some(Ok(v)) => Ok((v, i + values.byte_offset())),
+            Some(Ok(v)) => {
+                let n = i + values.byte_offset();
+                match simdutf8::basic::from_utf8(&self.b[i..n]) {
+                    Ok(_) => Ok((v, n)),
+                    Err(_) => Err(ScanError::Invalid),
+                }
+            }
             _ => Err(ScanError::Invalid),
         }
     }
@@ -391,8 +410,8 @@ impl<'a> Scanner<'a> {
         Some((v, n))
     }
 
-    /// The end (closing quote) of a string whose contents start at `i`, when it has no escape
-    /// and no control character.
+    /// The end (closing quote) of a string whose contents start at `i`, when it has no escape,
+    /// no control character and no byte outside ASCII.
     #[inline(always)]
     fn str_end(&self, i: usize) -> Option<usize> {
         // Most strings (keys, phases, categories, ids) are a few bytes long: eight bytes at a
@@ -413,7 +432,11 @@ impl<'a> Scanner<'a> {
         let k = memchr::memchr2(b'"', b'\\', rest)?;
         let s = &rest[..k];
         // Branch-free over the whole string, so that it vectorises.
-        if rest[k] != b'"' || s.iter().fold(false, |bad, &c| bad | (c < 0x20)) {
+        // (Below 0x20 or above 0x7f: 0x20 taken away, at least 0x60.)
+        if rest[k] != b'"'
+            || s.iter()
+                .fold(false, |bad, &c| bad | (c.wrapping_sub(0x20) >= 0x60))
+        {
             return None;
         }
         Some(j + k)
@@ -425,7 +448,7 @@ impl<'a> Scanner<'a> {
         match self.at(i) {
             b'"' => {
                 let e = self.str_end(i + 1)?;
-                Some((Some(Cow::Borrowed(&self.text[i + 1..e])), e + 1))
+                Some((Some(Cow::Borrowed(self.ascii(i + 1, e))), e + 1))
             }
             b'n' => Some((None, self.literal(i, b"null")?)),
             _ => None,
@@ -528,7 +551,7 @@ impl<'a> Scanner<'a> {
             }
             b'"' => {
                 let e = self.str_end(i + 1)?;
-                Some((Some(Num::Text(Cow::Borrowed(&self.text[i + 1..e]))), e + 1))
+                Some((Some(Num::Text(Cow::Borrowed(self.ascii(i + 1, e)))), e + 1))
             }
             b'n' => Some((None, self.literal(i, b"null")?)),
             b't' => Some((Some(Num::Int(1)), self.literal(i, b"true")?)),
@@ -544,7 +567,7 @@ impl<'a> Scanner<'a> {
             return Some((None, self.literal(i, b"null")?));
         }
         let e = self.skip(i, 0)?;
-        Some((Some(Raw(&self.text[i..e])), e))
+        Some((Some(Raw(self.ascii(i, e))), e))
     }
 
     /// `[x, y, z]` launch dimensions of integers, or `null`.
@@ -660,7 +683,7 @@ impl<'a> Scanner<'a> {
     fn opt_time(&self, i: usize) -> Option<(Option<Raw<'a>>, Option<i64>, usize)> {
         if matches!(self.at(i), b'-' | b'0'..=b'9') {
             if let Some((ns, e)) = self.decimal_time(i) {
-                return Some((Some(Raw(&self.text[i..e])), Some(ns), e));
+                return Some((Some(Raw(self.ascii(i, e))), Some(ns), e));
             }
         }
         let (v, n) = self.opt_raw(i)?;
@@ -1286,7 +1309,7 @@ mod tests {
             // Some padding after, so that both short windows and long ones are read.
             for pad in ["", "0123456789abcdef"] {
                 let doc = format!("{t}{pad}");
-                let s = Scanner::new(&doc);
+                let s = Scanner::new(doc.as_bytes());
                 assert_eq!(s.int(0), s.int_bytes(0), "{doc:?}");
                 let bytes = number_end_bytes(&s, 0);
                 assert_eq!(s.number_end(0), bytes, "{doc:?}");
@@ -1420,7 +1443,7 @@ mod tests {
                 }
             }
             for v in &variants {
-                let s = Scanner::new(v);
+                let s = Scanner::new(v.as_bytes());
                 for depth in [0, 1] {
                     assert_eq!(s.skip(0, depth), skip_rec(&s, 0, depth), "{v:?} {depth}");
                 }
@@ -1530,7 +1553,7 @@ mod tests {
             doc.push_str(e);
             doc.push('\n');
         }
-        let s = Scanner::new(&doc);
+        let s = Scanner::new(doc.as_bytes());
         let mut shapes = Shapes::default();
         let mut learned = 0;
         for round in 0..4 {
@@ -1656,7 +1679,7 @@ mod tests {
         for t in &texts {
             for tail in ["", ",", "}", " ", "x", "0123456789"] {
                 let doc = format!("{t}{tail}");
-                let s = Scanner::new(&doc);
+                let s = Scanner::new(doc.as_bytes());
                 let general = s.number_end(0).filter(|&e| !s.at(e).is_ascii_digit());
                 match s.decimal_time(0) {
                     Some((ns, end)) => {
@@ -1688,7 +1711,7 @@ mod tests {
     }
 
     #[test]
-    fn string_stops_flag_the_first_quote_backslash_or_control_byte() {
+    fn string_stops_flag_the_first_quote_backslash_control_or_non_ascii_byte() {
         let samples = [
             b'a', b' ', b'"', b'\\', 0, 0x1f, 0x20, 0x7f, 0x80, 0x9f, 0xa0, 0xff,
         ];
@@ -1701,7 +1724,8 @@ mod tests {
                             let mut w = [bg; 8];
                             w[i] = p;
                             w[j] = q;
-                            let stop = |c: u8| c == b'"' || c == b'\\' || c < 0x20;
+                            let stop =
+                                |c: u8| c == b'"' || c == b'\\' || !(0x20..=0x7f).contains(&c);
                             let want = w.iter().position(|&c| stop(c));
                             let m = string_stops(u64::from_le_bytes(w));
                             let got = (m != 0).then(|| (m.trailing_zeros() / 8) as usize);
