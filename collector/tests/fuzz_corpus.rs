@@ -1,6 +1,7 @@
 //! The fuzz targets' corpora and every input that once crashed them (fuzz/corpus/TARGET,
 //! fuzz/regressions/TARGET), run through the importers and the spool ingest as the targets run
-//! them (fuzz/src/lib.rs): no panic, and an accepted input makes a run that opens again.
+//! them (fuzz/src/lib.rs): no panic, an accepted input makes a run that opens again, and an
+//! accepted plain Kineto trace is JSON as serde_json reads it.
 
 use std::path::{Path, PathBuf};
 
@@ -43,6 +44,14 @@ fn run_imports(target: &str, format: Format) {
         };
         if import(&f, &out, &opts).is_ok() {
             reopen(&out);
+            // A plain Kineto trace that is accepted is JSON as serde_json reads it.
+            let data = std::fs::read(&f).unwrap();
+            if format == Format::Kineto && !data.starts_with(&[0x1f, 0x8b]) {
+                assert!(
+                    serde_json::from_slice::<serde::de::IgnoredAny>(&data).is_ok(),
+                    "{f:?} was accepted but is not JSON"
+                );
+            }
         }
     }
 }

@@ -25,7 +25,8 @@ fn reopen(out: &Path) {
     store.info().expect("its counts read back");
 }
 
-fn import_as(data: &[u8], name: &str, format: fuseprof_collector::import::Format) {
+/// Imports `data` as a file named `name`; whether it was accepted.
+fn import_as(data: &[u8], name: &str, format: fuseprof_collector::import::Format) -> bool {
     let input = scratch().join(name);
     let out = scratch().join("run.sqlite");
     std::fs::write(&input, data).expect("write the input");
@@ -35,14 +36,23 @@ fn import_as(data: &[u8], name: &str, format: fuseprof_collector::import::Format
         progress: None,
         jobs: None,
     };
-    if fuseprof_collector::import::import(&input, &out, &opts).is_ok() {
+    let accepted = fuseprof_collector::import::import(&input, &out, &opts).is_ok();
+    if accepted {
         reopen(&out);
     }
+    accepted
 }
 
-/// A PyTorch-profiler JSON trace (plain; gzip framing is flate2's).
+/// A PyTorch-profiler JSON trace (plain; gzip framing is flate2's). A plain trace that is
+/// accepted must be UTF-8 JSON as serde_json reads it: the importer's scanner reads most of it
+/// itself, and must refuse what serde_json would.
 pub fn kineto(data: &[u8]) {
-    import_as(data, "trace.json", fuseprof_collector::import::Format::Kineto);
+    if import_as(data, "trace.json", fuseprof_collector::import::Format::Kineto)
+        && !data.starts_with(&[0x1f, 0x8b])
+    {
+        serde_json::from_slice::<serde::de::IgnoredAny>(data)
+            .expect("an accepted plain trace is JSON as serde_json reads it");
+    }
 }
 
 /// An `nsys export --type sqlite` file.
