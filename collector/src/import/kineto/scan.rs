@@ -45,8 +45,8 @@ const MAX_DEPTH: u32 = 64;
 const SHORT_WORDS: usize = 4;
 
 /// Flags (high bit of its byte) the first byte of `word` (little-endian) that ends a plain
-/// string or leaves it to serde_json: a quote, a backslash, a control character or a byte
-/// outside ASCII (the scanner checks no UTF-8 itself). Bytes after
+/// string, leaves it to serde_json or has it checked as UTF-8: a quote, a backslash, a control
+/// character or a byte outside ASCII. Bytes after
 /// the first flagged one may be flagged wrongly (a borrow carries into them), so only the
 /// lowest flag counts.
 #[inline]
@@ -262,9 +262,10 @@ fn events(feed: &mut Feed<'_>, i: usize, sink: &mut Sink<'_>) -> Scan<usize> {
 }
 
 /// The scanner over a window of the document's bytes, which are not checked as UTF-8 ahead of
-/// it: what it reads itself it accepts only as ASCII (a string with any other byte goes to
-/// serde_json with its event), and what it hands to serde_json is checked as UTF-8 once read,
-/// so every byte of a document it accepts has been checked one way or the other.
+/// it: what it reads itself it checks (its punctuation, numbers and literals are ASCII, and a
+/// string is ASCII by the word test that finds its end or else checked as UTF-8 whole), and
+/// what it hands to serde_json is checked once read, so every byte of a document it accepts
+/// has been checked one way or the other.
 pub(super) struct Scanner<'a> {
     b: &'a [u8],
 }
@@ -274,14 +275,14 @@ impl<'a> Scanner<'a> {
         Scanner { b: bytes }
     }
 
-    /// The text of bytes `i..e`, which the scanner has read as ASCII.
+    /// The text of bytes `i..e`, which the scanner has read and checked.
     #[inline(always)]
-    fn ascii(&self, i: usize, e: usize) -> &'a str {
+    fn text(&self, i: usize, e: usize) -> &'a str {
         let b = &self.b[i..e];
-        debug_assert!(b.is_ascii());
-        // SAFETY: every caller passes bytes it has read as ASCII (strings through `str_end`,
-        // which refuses any byte above 0x7f; numbers, literals and JSON's punctuation byte by
-        // byte), and ASCII is UTF-8.
+        debug_assert!(std::str::from_utf8(b).is_ok());
+        // SAFETY: every caller passes bytes the scanner has read: strings through `str_end`,
+        // which takes only UTF-8 (ASCII by its word test, else checked whole), and numbers,
+        // literals and JSON's punctuation, which it takes byte by byte as ASCII.
         unsafe { std::str::from_utf8_unchecked(b) }
     }
 
@@ -410,8 +411,9 @@ impl<'a> Scanner<'a> {
         Some((v, n))
     }
 
-    /// The end (closing quote) of a string whose contents start at `i`, when it has no escape,
-    /// no control character and no byte outside ASCII.
+    /// The end (closing quote) of a string whose contents start at `i`, when it has no escape
+    /// and no control character and is UTF-8 (which the scanner checks here, string by string:
+    /// the window is not checked ahead of it).
     #[inline(always)]
     fn str_end(&self, i: usize) -> Option<usize> {
         // Most strings (keys, phases, categories, ids) are a few bytes long: eight bytes at a
@@ -424,7 +426,11 @@ impl<'a> Scanner<'a> {
             let m = string_stops(u64::from_le_bytes(word.try_into().ok()?));
             if m != 0 {
                 let k = j + (m.trailing_zeros() / 8) as usize;
-                return (self.b[k] == b'"').then_some(k);
+                return match self.b[k] {
+                    b'"' => Some(k),
+                    0x80.. => self.str_end_utf8(i),
+                    _ => None,
+                };
             }
             j += 8;
         }
@@ -433,13 +439,28 @@ impl<'a> Scanner<'a> {
         let s = &rest[..k];
         // Branch-free over the whole string, so that it vectorises.
         // (Below 0x20 or above 0x7f: 0x20 taken away, at least 0x60.)
-        if rest[k] != b'"'
-            || s.iter()
-                .fold(false, |bad, &c| bad | (c.wrapping_sub(0x20) >= 0x60))
-        {
+        if rest[k] != b'"' {
             return None;
         }
+        if s.iter()
+            .fold(false, |bad, &c| bad | (c.wrapping_sub(0x20) >= 0x60))
+        {
+            return self.str_end_utf8(i);
+        }
         Some(j + k)
+    }
+
+    /// [`Scanner::str_end`] for a string with bytes outside ASCII: its end, when it has no
+    /// escape and no control character and is UTF-8.
+    #[cold]
+    fn str_end_utf8(&self, i: usize) -> Option<usize> {
+        let rest = self.b.get(i..)?;
+        let k = memchr::memchr2(b'"', b'\\', rest)?;
+        let s = &rest[..k];
+        if rest[k] != b'"' || s.iter().any(|&c| c < 0x20) || std::str::from_utf8(s).is_err() {
+            return None;
+        }
+        Some(i + k)
     }
 
     /// A string value (contents, byte after it) or `null`.
@@ -448,7 +469,7 @@ impl<'a> Scanner<'a> {
         match self.at(i) {
             b'"' => {
                 let e = self.str_end(i + 1)?;
-                Some((Some(Cow::Borrowed(self.ascii(i + 1, e))), e + 1))
+                Some((Some(Cow::Borrowed(self.text(i + 1, e))), e + 1))
             }
             b'n' => Some((None, self.literal(i, b"null")?)),
             _ => None,
@@ -551,7 +572,7 @@ impl<'a> Scanner<'a> {
             }
             b'"' => {
                 let e = self.str_end(i + 1)?;
-                Some((Some(Num::Text(Cow::Borrowed(self.ascii(i + 1, e)))), e + 1))
+                Some((Some(Num::Text(Cow::Borrowed(self.text(i + 1, e)))), e + 1))
             }
             b'n' => Some((None, self.literal(i, b"null")?)),
             b't' => Some((Some(Num::Int(1)), self.literal(i, b"true")?)),
@@ -567,7 +588,7 @@ impl<'a> Scanner<'a> {
             return Some((None, self.literal(i, b"null")?));
         }
         let e = self.skip(i, 0)?;
-        Some((Some(Raw(self.ascii(i, e))), e))
+        Some((Some(Raw(self.text(i, e))), e))
     }
 
     /// `[x, y, z]` launch dimensions of integers, or `null`.
@@ -683,7 +704,7 @@ impl<'a> Scanner<'a> {
     fn opt_time(&self, i: usize) -> Option<(Option<Raw<'a>>, Option<i64>, usize)> {
         if matches!(self.at(i), b'-' | b'0'..=b'9') {
             if let Some((ns, e)) = self.decimal_time(i) {
-                return Some((Some(Raw(self.ascii(i, e))), Some(ns), e));
+                return Some((Some(Raw(self.text(i, e))), Some(ns), e));
             }
         }
         let (v, n) = self.opt_raw(i)?;
@@ -1704,6 +1725,43 @@ mod tests {
                                 || super::super::time_ns(Raw(n)).is_none()),
                             "{doc:?} declined"
                         );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Strings with characters outside ASCII are read by the scanner when they are UTF-8, and
+    /// refused (for serde_json, whose error the import then words) when they are not, short
+    /// and long, at the window's end or not.
+    #[test]
+    fn strings_outside_ascii_are_read_when_they_are_utf8() {
+        for pad in [
+            "",
+            "a very long name that goes past the words tested one by one ",
+        ] {
+            for (name, ok) in [
+                (&b"k\xc3\xa9rnel"[..], true),
+                (b"\xe2\x86\x92 \xf0\x9f\x98\x80", true),
+                (b"k\xffrnel", false),
+                (b"k\xc3(", false),
+                (b"k\xc3\xa9\x01", false),
+                (b"\xc3\xa9\\u0041", false),
+            ] {
+                let mut doc = br#"{"name":""#.to_vec();
+                doc.extend_from_slice(pad.as_bytes());
+                doc.extend_from_slice(name);
+                doc.extend_from_slice(br#"","ph":"X"}"#);
+                for cut in [0, 2] {
+                    // (With the window cut short, the event cannot be read from it.)
+                    let s = Scanner::new(&doc[..doc.len() - cut]);
+                    let mut e = RawEvent::default();
+                    let read = s.event(0, &mut e, None);
+                    let whole = cut == 0 && ok;
+                    assert_eq!(read.is_some(), whole, "{doc:?} cut {cut}");
+                    if whole {
+                        let want = format!("{pad}{}", std::str::from_utf8(name).unwrap());
+                        assert_eq!(e.name.as_deref(), Some(want.as_str()));
                     }
                 }
             }
