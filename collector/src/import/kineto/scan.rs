@@ -25,8 +25,9 @@ use super::{Args, DeviceProps, DistributedInfo, Num, Raw, RawEvent, Sink};
 
 /// Why the scan stopped.
 pub(super) enum ScanError {
-    /// The text is not JSON, or not a trace: the caller words it by reading the whole text
-    /// through serde_json ([`super::check`]), so the message and position are serde's.
+    /// The text is not UTF-8, not JSON, or not a trace: the caller words it by checking the
+    /// whole text as UTF-8, then reading it through serde_json ([`super::check`]), so the
+    /// message and position are the standard library's or serde's.
     Invalid,
     /// The writer failed.
     Sink(fuseprof_store::Error),
