@@ -96,7 +96,7 @@ impl<'r> Feed<'r> {
     pub fn scanner(&self) -> Scanner<'_> {
         Scanner::new(match &self.source {
             Source::Memory { bytes, .. } => &bytes[..self.end],
-            Source::Stream { buf, len, .. } => &buf[..*len],
+            Source::Stream { buf, .. } => &buf[..self.end],
         })
     }
 

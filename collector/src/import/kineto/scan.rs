@@ -437,13 +437,13 @@ impl<'a> Scanner<'a> {
         }
         let rest = self.b.get(j..)?;
         let k = memchr::memchr2(b'"', b'\\', rest)?;
-        let s = &rest[..k];
-        // Branch-free over the whole string, so that it vectorises.
-        // (Below 0x20 or above 0x7f: 0x20 taken away, at least 0x60.)
         if rest[k] != b'"' {
             return None;
         }
-        if s.iter()
+        // Branch-free over the whole string, so that it vectorises: a byte below 0x20 or above
+        // 0x7f (0x20 taken away, at least 0x60) sends it to the UTF-8 check.
+        if rest[..k]
+            .iter()
             .fold(false, |bad, &c| bad | (c.wrapping_sub(0x20) >= 0x60))
         {
             return self.str_end_utf8(i);
