@@ -949,11 +949,28 @@ mod ranks {
         expect_ranks_failure(&[rank_paths()[0].clone(), other], dir.path(), "another job");
         // A rank recorded a day later.
         let later = edited_rank1(dir.path(), "later.json", |v| shift(v, 86_400_000_000));
-        expect_ranks_failure(
+        let err = expect_ranks_failure(
             &[rank_paths()[0].clone(), later],
             dir.path(),
             "different jobs",
         );
+        let gap_s = |err: &str| -> f64 {
+            let at = err.find("(by ").expect("the gap is given") + 4;
+            err[at..].split(' ').next().unwrap().parse().unwrap()
+        };
+        assert!((86_000.0..86_400.0).contains(&gap_s(&err)), "{err}");
+        // A rank whose clock base is 285 years before 1970: the gap (3.4e8 years of
+        // nanoseconds more than an i64 holds) is still told right.
+        let ancient = edited_rank1(dir.path(), "ancient.json", |v| {
+            v["baseTimeNanoseconds"] = (-9_000_000_000_000_000_000_i64).into();
+            shift(v, -1_682_700_000_000_000);
+        });
+        let err = expect_ranks_failure(
+            &[rank_paths()[0].clone(), ancient],
+            dir.path(),
+            "different jobs",
+        );
+        assert!((1.06e10..1.07e10).contains(&gap_s(&err)), "{err}");
         // An nsys export among them.
         let nsys = fixtures::path(fixtures::NSYS[0]);
         expect_ranks_failure(&[rank_paths()[0].clone(), nsys], dir.path(), "nsys export");

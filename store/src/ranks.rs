@@ -407,6 +407,7 @@ impl Merge {
         let p = |pid: i64| map(&pmap, pid, RANK_PID_STRIDE, pids_taken, "process id");
         let d = |dev: i64| map(&dmap, dev, RANK_DEVICE_STRIDE, devices_taken, "GPU id");
 
+        // Saturating: a rank's stray record centuries off its clock stays at the edge of time.
         let off = part.info.clock_offset_ns;
         let link = if i == 0 {
             0
@@ -423,8 +424,8 @@ impl Merge {
         };
         src.for_each_kernel(|k| {
             let row = s(k.name).map(|name| Kernel {
-                start_ns: k.start_ns + off,
-                end_ns: k.end_ns + off,
+                start_ns: k.start_ns.saturating_add(off),
+                end_ns: k.end_ns.saturating_add(off),
                 device_id: d(k.device_id),
                 pid: k.pid.map(p),
                 external_id: linked(k.external_id),
@@ -435,8 +436,8 @@ impl Merge {
         })?;
         src.for_each_memop(|m| {
             keep(w.memop(Memop {
-                start_ns: m.start_ns + off,
-                end_ns: m.end_ns + off,
+                start_ns: m.start_ns.saturating_add(off),
+                end_ns: m.end_ns.saturating_add(off),
                 device_id: d(m.device_id),
                 pid: m.pid.map(p),
                 external_id: linked(m.external_id),
@@ -445,8 +446,8 @@ impl Merge {
         })?;
         src.for_each_api_call(|a| {
             let row = s(a.name).map(|name| ApiCall {
-                start_ns: a.start_ns + off,
-                end_ns: a.end_ns + off,
+                start_ns: a.start_ns.saturating_add(off),
+                end_ns: a.end_ns.saturating_add(off),
                 pid: p(a.pid),
                 external_id: linked(a.external_id),
                 name,
@@ -458,8 +459,8 @@ impl Merge {
             let opt = |id: Option<StrId>| id.map(s).transpose();
             let row = (|| {
                 Ok(Range {
-                    start_ns: r.start_ns + off,
-                    end_ns: r.end_ns.map(|e| e + off),
+                    start_ns: r.start_ns.saturating_add(off),
+                    end_ns: r.end_ns.map(|e| e.saturating_add(off)),
                     pid: if r.kind.is_gpu_side() {
                         d(r.pid)
                     } else {
@@ -480,7 +481,7 @@ impl Merge {
             let row = s(f.category).map(|category| Flow {
                 category,
                 flow_id: f.flow_id.wrapping_add(link),
-                ts_ns: f.ts_ns + off,
+                ts_ns: f.ts_ns.saturating_add(off),
                 pid: p(f.pid),
                 ..f
             });
@@ -587,7 +588,7 @@ pub struct Collective {
 /// each other on every rank (the transfer completes everywhere at once); uneven all-to-all
 /// splits spread them by up to a few hundred.
 fn tolerance_ns(c: &Collective) -> i64 {
-    ((c.end_ns - c.start_ns) / 16).clamp(50_000, 5_000_000)
+    (c.end_ns.saturating_sub(c.start_ns) / 16).clamp(50_000, 5_000_000)
 }
 
 /// For each collective of `other` with its times shifted by `shift_ns`, the index of its
@@ -607,21 +608,22 @@ pub fn match_collectives(
     }
     let mut out: Vec<Option<usize>> = vec![None; other.len()];
     // reference index -> (distance, other index) of its nearest claimant
-    let mut claimed: HashMap<usize, (i64, usize)> = HashMap::new();
+    let mut claimed: HashMap<usize, (u64, usize)> = HashMap::new();
     for (j, c) in other.iter().enumerate() {
         let Some(ends) = by_key.get(&c.key) else {
             continue;
         };
-        let end = c.end_ns + shift_ns;
+        // Saturating: a shift that would carry an end past i64 matches nothing.
+        let end = c.end_ns.saturating_add(shift_ns);
         let at = ends.partition_point(|&(e, _)| e < end);
         let best = [at.checked_sub(1), Some(at)]
             .into_iter()
             .flatten()
             .filter_map(|k| ends.get(k))
-            .map(|&(e, i)| ((e - end).abs(), i))
+            .map(|&(e, i)| (e.abs_diff(end), i))
             .min();
         let Some((dist, i)) = best else { continue };
-        if dist > tolerance_ns(c) {
+        if dist > tolerance_ns(c).unsigned_abs() {
             continue;
         }
         match claimed.get(&i) {
@@ -680,8 +682,11 @@ pub fn align_collectives(
         for (k, &oe) in o.iter().enumerate().take(FIRST) {
             for j in k as i64 - NEIGHBOURS..=k as i64 + NEIGHBOURS {
                 if let Some(&re) = usize::try_from(j).ok().and_then(|j| r.get(j)) {
-                    let shift = re - oe;
-                    if window.is_none_or(|w| shift.abs() <= w) {
+                    // Ends that far apart are no shift at all (clocks centuries apart).
+                    let Some(shift) = re.checked_sub(oe) else {
+                        continue;
+                    };
+                    if window.is_none_or(|w| shift.unsigned_abs() <= w.unsigned_abs()) {
                         candidates.push(shift);
                     }
                 }
@@ -701,19 +706,20 @@ pub fn align_collectives(
     let (_, shift) = scored
         .iter()
         .filter(|&&(n, _)| n * 10 >= best * 9)
-        .min_by_key(|&&(n, s)| (s.abs(), std::cmp::Reverse(n)))
+        .min_by_key(|&&(n, s)| (s.unsigned_abs(), std::cmp::Reverse(n)))
         .copied()?;
     let diffs = |shift: i64| -> Vec<i64> {
         let mut d: Vec<i64> = match_collectives(reference, other, shift)
             .iter()
             .zip(other)
-            .filter_map(|(m, c)| m.map(|i| reference[i].end_ns - (c.end_ns + shift)))
+            // A matched pair's ends are within the tolerance once shifted: no overflow.
+            .filter_map(|(m, c)| m.map(|i| reference[i].end_ns - c.end_ns.saturating_add(shift)))
             .collect();
         d.sort_unstable();
         d
     };
     let d = diffs(shift);
-    let refined = shift + d.get(d.len() / 2).copied().unwrap_or(0);
+    let refined = shift.saturating_add(d.get(d.len() / 2).copied().unwrap_or(0));
     let d = diffs(refined);
     let matched = d.len();
     if matched < 3 || matched * 4 < reference.len().min(other.len()) {

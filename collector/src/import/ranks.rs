@@ -430,8 +430,8 @@ pub fn import_ranks(
             .iter()
             .map(|c| Collective {
                 key: c.key,
-                start_ns: c.start_ns + by,
-                end_ns: c.end_ns + by,
+                start_ns: c.start_ns.saturating_add(by),
+                end_ns: c.end_ns.saturating_add(by),
             })
             .collect()
     };
@@ -473,7 +473,7 @@ pub fn import_ranks(
                         "collectives"
                     }
                     .into();
-                    info.clock_offset_ns = base + a.shift_ns;
+                    info.clock_offset_ns = base.saturating_add(a.shift_ns);
                     info.clock_correction_ns = a.shift_ns;
                     info.matched_collectives = a.matched as i64;
                     info.residual_ns = Some(a.residual_ns);
@@ -505,7 +505,7 @@ pub fn import_ranks(
                 loaded[j]
                     .first_ns
                     .zip(loaded[j].last_ns)
-                    .map(|(a, b)| (a + off, b + off))
+                    .map(|(a, b)| (a.saturating_add(off), b.saturating_add(off)))
             };
             if let (Some((a0, a1)), Some((b0, b1))) =
                 (span(reference, ref_base), span(i, info.clock_offset_ns))
@@ -517,7 +517,9 @@ pub fn import_ranks(
                             "does not overlap {} in time (by {:.1} s): ranks of different \
                              jobs or runs?",
                             loaded[reference].input.display(),
-                            (b0 - a1).max(a0 - b1) as f64 / 1e9
+                            (i128::from(b0) - i128::from(a1)).max(i128::from(a0) - i128::from(b1))
+                                as f64
+                                / 1e9
                         ),
                     ));
                 }
