@@ -293,7 +293,7 @@ impl App {
     /// The window of run `r`.
     pub fn window(&self, r: usize) -> (i64, i64) {
         let o = self.offsets.get(r).copied().unwrap_or(0);
-        (self.from_ns + o, self.to_ns + o)
+        (self.from_ns.saturating_add(o), self.to_ns.saturating_add(o))
     }
 
     pub fn fit(&mut self) {
@@ -314,8 +314,8 @@ impl App {
             10 * (self.runs[0].meta.last_ns - self.runs[0].meta.first_ns).max(100),
         );
         let mid = from / 2 + to / 2;
-        self.from_ns = mid - span / 2;
-        self.to_ns = self.from_ns + span;
+        self.from_ns = mid.saturating_sub(span / 2);
+        self.to_ns = self.from_ns.saturating_add(span);
     }
 
     /// Zooms by `factor` (< 1 zooms in) keeping time `at` where it is on screen.
@@ -329,8 +329,9 @@ impl App {
 
     pub fn pan(&mut self, fraction: f64) {
         let d = ((self.to_ns - self.from_ns) as f64 * fraction) as i64;
-        self.from_ns += d;
-        self.to_ns += d;
+        // Saturating: panning on and on stops at the end of time instead of wrapping.
+        self.from_ns = self.from_ns.saturating_add(d);
+        self.to_ns = self.to_ns.saturating_add(d);
     }
 
     /// Time of the cursor: the middle of the view.

@@ -40,8 +40,15 @@ impl Meta {
     }
 }
 
-/// Opens `path` as a run for the timeline: refuses what is not a run and runs without GPU
-/// records.
+pub(crate) const NS_PER_YEAR: i64 = 365 * 24 * 3600 * 1_000_000_000;
+/// The times the explorer draws: within this of 1970 (1844 to 2096), so that a window, its
+/// offset from another run's and ten times the run's span all fit an i64 of nanoseconds.
+pub(crate) const MAX_ABS_NS: i64 = 126 * NS_PER_YEAR;
+/// The longest run the explorer draws.
+pub(crate) const MAX_SPAN_NS: i64 = 9 * NS_PER_YEAR;
+
+/// Opens `path` as a run for the timeline: refuses what is not a run, runs without GPU
+/// records, and runs whose times it cannot draw (a corrupt or absurd clock).
 pub fn open(path: &Path) -> Result<(Store, Meta)> {
     let mut store = Store::open(path)?;
     let rows = store.row_estimates()?;
@@ -59,6 +66,16 @@ pub fn open(path: &Path) -> Result<(Store, Meta)> {
         .filter_map(|(p, t, n)| n.map(|n| ((p, t), n)))
         .collect();
     let (first_ns, last_ns) = store.timeline_bounds(&streams, &threads)?.unwrap_or((0, 1));
+    if first_ns.unsigned_abs() > MAX_ABS_NS as u64
+        || last_ns.unsigned_abs() > MAX_ABS_NS as u64
+        || last_ns.saturating_sub(first_ns) > MAX_SPAN_NS
+    {
+        return Err(Error::TimeRange {
+            path: path.into(),
+            first_ns,
+            last_ns,
+        });
+    }
     let mut tracks: Vec<Track> = streams
         .iter()
         .map(|&(device, stream)| Track {

@@ -14,6 +14,19 @@ pub enum Error {
         path.display()
     )]
     NoGpuWork { path: PathBuf },
+    #[error(
+        "{}: its records run from {first_ns} to {last_ns} ns: more than the explorer draws \
+         (times within {} years of 1970, a run of at most {} years); a corrupt clock, or the \
+         ranks of a job left on clocks of their own?",
+        path.display(),
+        crate::data::MAX_ABS_NS / crate::data::NS_PER_YEAR,
+        crate::data::MAX_SPAN_NS / crate::data::NS_PER_YEAR
+    )]
+    TimeRange {
+        path: PathBuf,
+        first_ns: i64,
+        last_ns: i64,
+    },
     #[error("fuseprof tui needs a terminal: standard input and output must be a TTY")]
     NoTty,
     #[error("terminal: {0}")]

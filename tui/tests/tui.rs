@@ -448,6 +448,41 @@ fn bad_input_is_a_clear_error() {
         fuseprof_tui::run(TuiConfig::new(vec![p])),
         Err(Error::NoTty) | Err(Error::NoGpuWork { .. })
     ));
+
+    // Kernels 200 years apart (a corrupt clock): refused, not a window that overflows.
+    let p = dir.path().join("centuries.sqlite");
+    let mut w = Writer::create(&p, CreateOptions::default()).unwrap();
+    let n = w.intern("k");
+    let year = 365 * 24 * 3600 * 1_000_000_000_i64;
+    for start_ns in [-100 * year, 100 * year] {
+        w.kernel(fuseprof_store::Kernel {
+            start_ns,
+            end_ns: start_ns + 1_000,
+            device_id: 0,
+            stream_id: 7,
+            pid: None,
+            correlation_id: None,
+            external_id: None,
+            name: n,
+            grid: None,
+            block: None,
+            registers_per_thread: None,
+            static_smem_bytes: None,
+            dynamic_smem_bytes: None,
+            graph_id: None,
+        })
+        .unwrap();
+    }
+    w.finish(RunInfo {
+        source_format: "cupti".into(),
+        ..Default::default()
+    })
+    .unwrap();
+    let e = open(&p);
+    assert!(
+        e.contains("centuries.sqlite") && e.contains("more than the explorer draws"),
+        "{e}"
+    );
 }
 
 /// Every real trace and recording of the fixtures opens, draws every view, and takes a
@@ -518,4 +553,41 @@ fn the_advisor_view_says_why_a_run_has_no_advice() {
         s.contains("no advice:") && s.contains("input shapes"),
         "{s}"
     );
+}
+
+/// The tui fuzz target's corpus and every input that once crashed it (fuzz/corpus/tui,
+/// fuzz/regressions/tui), run as the target runs them: opened as `fuseprof tui` opens a run,
+/// zoomed in, a record selected, every view drawn; an error or a screen, never a panic.
+#[test]
+fn tui_fuzz_corpus() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz");
+    let mut n = 0;
+    let mut opened = 0;
+    for kind in ["corpus", "regressions"] {
+        let Ok(rd) = std::fs::read_dir(root.join(kind).join("tui")) else {
+            continue;
+        };
+        for f in rd.flatten().map(|e| e.path()) {
+            n += 1;
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("run.sqlite");
+            std::fs::copy(&f, &path).unwrap();
+            let mut cfg = TuiConfig::new(vec![path]);
+            cfg.loading = Loading::Blocking;
+            let Ok(mut app) = App::new(cfg) else {
+                continue;
+            };
+            opened += 1;
+            screen(&mut app, 120, 40);
+            for k in "++++++j\rf2341]L".chars() {
+                let code = match k {
+                    '\r' => KeyCode::Enter,
+                    c => KeyCode::Char(c),
+                };
+                key(&mut app, code);
+                screen(&mut app, 120, 40);
+            }
+        }
+    }
+    assert!(n > 0 && opened > 0, "no tui corpus that opens");
 }
