@@ -1250,6 +1250,61 @@ fn store_fuzz_corpus() {
     assert!(n > 0, "no store corpus");
 }
 
+/// The ranks fuzz target's corpus and every input that once crashed it (fuzz/corpus/ranks,
+/// fuzz/regressions/ranks), run as the target runs them: each input cut at `\0RANK\0` into up
+/// to four rank traces, imported as one job; an accepted job opens again, and its analysis
+/// is a result or an error, never a panic.
+#[test]
+fn ranks_fuzz_corpus() {
+    use fuseprof_collector::import::{ranks::import_ranks, Format, ImportOptions};
+    const SEPARATOR: &[u8] = b"\0RANK\0";
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz");
+    let mut n = 0;
+    for kind in ["corpus", "regressions"] {
+        let Ok(rd) = std::fs::read_dir(root.join(kind).join("ranks")) else {
+            continue;
+        };
+        for f in rd.flatten().map(|e| e.path()) {
+            let data = std::fs::read(&f).unwrap();
+            let mut parts = Vec::new();
+            let mut rest = data.as_slice();
+            while parts.len() < 3 {
+                let Some(at) = rest.windows(SEPARATOR.len()).position(|w| w == SEPARATOR) else {
+                    break;
+                };
+                parts.push(&rest[..at]);
+                rest = &rest[at + SEPARATOR.len()..];
+            }
+            parts.push(rest);
+            let dir = tempfile::tempdir().unwrap();
+            let inputs: Vec<PathBuf> = parts
+                .iter()
+                .enumerate()
+                .map(|(i, part)| {
+                    let p = dir.path().join(format!("rank-{i}.json"));
+                    std::fs::write(&p, part).unwrap();
+                    p
+                })
+                .collect();
+            let out = dir.path().join("run.sqlite");
+            let opts = ImportOptions {
+                overwrite: true,
+                format: Some(Format::Kineto),
+                progress: None,
+                jobs: Some(1),
+            };
+            if import_ranks(&inputs, &out, &opts).is_ok() {
+                Store::open(&out)
+                    .and_then(|mut s| s.info())
+                    .unwrap_or_else(|e| panic!("{f:?}: the accepted job does not open: {e}"));
+                let _ = analyze_path(&out);
+            }
+            n += 1;
+        }
+    }
+    assert!(n > 0, "no ranks corpus");
+}
+
 /// A step's analysis read from the step alone (`analyze_step_with_op_tree`, what
 /// `fuseprof tui` scopes its tables with) equals the step-scoped analysis of the whole run,
 /// tables and operator tree, on every fixture with steps: with the ranges open at each step's

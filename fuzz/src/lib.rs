@@ -73,6 +73,125 @@ pub fn spool(data: &[u8]) {
     }
 }
 
+/// Where a `ranks` input is cut into its ranks' files.
+pub const RANK_SEPARATOR: &[u8] = b"\0RANK\0";
+
+/// The ranks of one job, as `fuseprof import rank-*.json -o run.sqlite` merges them: `data` cut
+/// at each [`RANK_SEPARATOR`] into up to four PyTorch-profiler traces, `rank-0.json` on. The
+/// clocks' alignment and the merge read every time, id and name the traces hold; an accepted
+/// job must open again and its analysis (per rank and across ranks) must not panic.
+pub fn ranks(data: &[u8]) {
+    let dir = scratch().join("ranks");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a ranks folder");
+    let inputs: Vec<PathBuf> = split_ranks(data)
+        .iter()
+        .enumerate()
+        .map(|(i, part)| {
+            let path = dir.join(format!("rank-{i}.json"));
+            std::fs::write(&path, part).expect("write a rank");
+            path
+        })
+        .collect();
+    let out = scratch().join("ranks-run.sqlite");
+    let opts = fuseprof_collector::import::ImportOptions {
+        overwrite: true,
+        format: Some(fuseprof_collector::import::Format::Kineto),
+        progress: None,
+        jobs: Some(1),
+    };
+    if fuseprof_collector::import::ranks::import_ranks(&inputs, &out, &opts).is_ok() {
+        reopen(&out);
+        let _ = fuseprof_analyzer::analyze_file(&out, &fuseprof_analyzer::AnalyzeConfig::default());
+    }
+}
+
+/// `data`'s ranks: the pieces between [`RANK_SEPARATOR`]s, four at most (the last takes the
+/// rest).
+pub fn split_ranks(data: &[u8]) -> Vec<&[u8]> {
+    let mut parts = Vec::new();
+    let mut rest = data;
+    while parts.len() < 3 {
+        match rest.windows(RANK_SEPARATOR.len()).position(|w| w == RANK_SEPARATOR) {
+            Some(at) => {
+                parts.push(&rest[..at]);
+                rest = &rest[at + RANK_SEPARATOR.len()..];
+            }
+            None => break,
+        }
+    }
+    parts.push(rest);
+    parts
+}
+
+/// A run file as `fuseprof tui` opens it: the summaries kept in it (the lane bins, the
+/// analysis), then the timeline zoomed in until it reads records through the indexes, a
+/// record selected, and every view drawn.
+pub fn tui(data: &[u8]) {
+    use fuseprof_tui::{App, Loading, TuiConfig};
+    use ratatui::backend::TestBackend;
+    use ratatui::crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+    use ratatui::Terminal;
+
+    let path = scratch().join("tui-run.sqlite");
+    std::fs::write(&path, data).expect("write the run");
+    let mut cfg = TuiConfig::new(vec![path]);
+    cfg.loading = Loading::Blocking;
+    let Ok(mut app) = App::new(cfg) else {
+        return;
+    };
+    let mut term = Terminal::new(TestBackend::new(120, 40)).expect("a test terminal");
+    let mut draw = |app: &mut App| {
+        term.draw(|f| fuseprof_tui::draw(f, app)).expect("drawing into memory");
+    };
+    draw(&mut app);
+    // Zoom in six times, down a row, select, follow the flow, each view, the next step, pan.
+    for k in "++++++j\rf2341]L".chars() {
+        let code = match k {
+            '\r' => KeyCode::Enter,
+            c => KeyCode::Char(c),
+        };
+        app.on_key(KeyEvent::new(code, KeyModifiers::NONE));
+        draw(&mut app);
+    }
+}
+
+/// A run file as the commands that write something from it read it: `info`, `analyze`'s text,
+/// `report` (the HTML page with its charts, the run as its own baseline under a gate, the
+/// Markdown summary and JUnit XML), `export` (Chrome trace JSON) and `advise`.
+pub fn outputs(data: &[u8]) {
+    use fuseprof_reports::{chrome, gate::Gate, report};
+
+    let dir = scratch().join("outputs");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("an outputs folder");
+    let run = dir.join("run.sqlite");
+    std::fs::write(&run, data).expect("write the run");
+    if let Ok(mut store) = fuseprof_store::Store::open(&run) {
+        let _ = store.info();
+        let _ = chrome::export(&mut store, &dir.join("trace.json"), true);
+    }
+    let cfg = fuseprof_analyzer::AnalyzeConfig::default();
+    if let Ok(a) = fuseprof_analyzer::analyze_file(&run, &cfg) {
+        let _ = fuseprof_analyzer::render_text(&a, &cfg);
+    }
+    let gate = Gate::from_arg("step_time<=+3%,op:aten::addmm<=+10%,new_kernels<=0")
+        .expect("the gate's rules parse");
+    let _ = report::generate(&report::ReportConfig {
+        run: run.clone(),
+        output: dir.join("report.html"),
+        baseline: Some(run.clone()),
+        gate: Some(gate),
+        summary: Some(dir.join("summary.md")),
+        junit: Some(dir.join("gate.xml")),
+        history: None,
+    });
+    let advice_cfg = fuseprof_fusion_advisor::AdviseConfig::default();
+    if let Ok(advice) = fuseprof_fusion_advisor::advise_file(&run, &advice_cfg) {
+        let _ = fuseprof_fusion_advisor::render_text(&advice, 10);
+    }
+}
+
 /// A run file as `analyze` opens it: corrupted pages, cut files, other SQLite files.
 pub fn store(data: &[u8]) {
     let path = scratch().join("corrupt.sqlite");
