@@ -1233,21 +1233,14 @@ fn step_walls_come_from_the_step_ranges_alone() {
 /// fuzz/regressions/store): analyze answers each with a result or an error, never a panic.
 #[test]
 fn store_fuzz_corpus() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz");
-    let mut n = 0;
-    for kind in ["corpus", "regressions"] {
-        let Ok(rd) = std::fs::read_dir(root.join(kind).join("store")) else {
-            continue;
-        };
-        for f in rd.flatten().map(|e| e.path()) {
-            let dir = tempfile::tempdir().unwrap();
-            let p = dir.path().join("run.sqlite");
-            std::fs::copy(&f, &p).unwrap();
-            let _ = analyze_path(&p);
-            n += 1;
-        }
+    let files = fuseprof_fixtures::fuzz_inputs("store");
+    assert!(!files.is_empty(), "no store corpus");
+    for f in files {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("run.sqlite");
+        std::fs::copy(&f, &p).unwrap();
+        let _ = analyze_path(&p);
     }
-    assert!(n > 0, "no store corpus");
 }
 
 /// The ranks fuzz target's corpus and every input that once crashed it (fuzz/corpus/ranks,
@@ -1257,52 +1250,34 @@ fn store_fuzz_corpus() {
 #[test]
 fn ranks_fuzz_corpus() {
     use fuseprof_collector::import::{ranks::import_ranks, Format, ImportOptions};
-    const SEPARATOR: &[u8] = b"\0RANK\0";
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz");
-    let mut n = 0;
-    for kind in ["corpus", "regressions"] {
-        let Ok(rd) = std::fs::read_dir(root.join(kind).join("ranks")) else {
-            continue;
+    let files = fuseprof_fixtures::fuzz_inputs("ranks");
+    assert!(!files.is_empty(), "no ranks corpus");
+    for f in files {
+        let data = std::fs::read(&f).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let inputs: Vec<PathBuf> = fuseprof_fixtures::split_ranks(&data)
+            .iter()
+            .enumerate()
+            .map(|(i, part)| {
+                let p = dir.path().join(format!("rank-{i}.json"));
+                std::fs::write(&p, part).unwrap();
+                p
+            })
+            .collect();
+        let out = dir.path().join("run.sqlite");
+        let opts = ImportOptions {
+            overwrite: true,
+            format: Some(Format::Kineto),
+            progress: None,
+            jobs: Some(1),
         };
-        for f in rd.flatten().map(|e| e.path()) {
-            let data = std::fs::read(&f).unwrap();
-            let mut parts = Vec::new();
-            let mut rest = data.as_slice();
-            while parts.len() < 3 {
-                let Some(at) = rest.windows(SEPARATOR.len()).position(|w| w == SEPARATOR) else {
-                    break;
-                };
-                parts.push(&rest[..at]);
-                rest = &rest[at + SEPARATOR.len()..];
-            }
-            parts.push(rest);
-            let dir = tempfile::tempdir().unwrap();
-            let inputs: Vec<PathBuf> = parts
-                .iter()
-                .enumerate()
-                .map(|(i, part)| {
-                    let p = dir.path().join(format!("rank-{i}.json"));
-                    std::fs::write(&p, part).unwrap();
-                    p
-                })
-                .collect();
-            let out = dir.path().join("run.sqlite");
-            let opts = ImportOptions {
-                overwrite: true,
-                format: Some(Format::Kineto),
-                progress: None,
-                jobs: Some(1),
-            };
-            if import_ranks(&inputs, &out, &opts).is_ok() {
-                Store::open(&out)
-                    .and_then(|mut s| s.info())
-                    .unwrap_or_else(|e| panic!("{f:?}: the accepted job does not open: {e}"));
-                let _ = analyze_path(&out);
-            }
-            n += 1;
+        if import_ranks(&inputs, &out, &opts).is_ok() {
+            Store::open(&out)
+                .and_then(|mut s| s.info())
+                .unwrap_or_else(|e| panic!("{f:?}: the accepted job does not open: {e}"));
+            let _ = analyze_path(&out);
         }
     }
-    assert!(n > 0, "no ranks corpus");
 }
 
 /// A step's analysis read from the step alone (`analyze_step_with_op_tree`, what

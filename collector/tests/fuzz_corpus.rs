@@ -3,27 +3,10 @@
 //! them (fuzz/src/lib.rs): no panic, an accepted input makes a run that opens again, and an
 //! accepted plain Kineto trace is JSON as serde_json reads it.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use fuseprof_collector::collect::ingest_spool_dir;
 use fuseprof_collector::import::{import, Format, ImportOptions};
-
-fn inputs(target: &str) -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz");
-    let mut files: Vec<PathBuf> = ["corpus", "regressions"]
-        .iter()
-        .flat_map(|kind| {
-            std::fs::read_dir(root.join(kind).join(target))
-                .into_iter()
-                .flatten()
-        })
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.is_file())
-        .collect();
-    files.sort();
-    files
-}
 
 fn reopen(out: &Path) {
     let mut store = fuseprof_store::Store::open(out).expect("an accepted input makes a valid run");
@@ -31,7 +14,7 @@ fn reopen(out: &Path) {
 }
 
 fn run_imports(target: &str, format: Format) {
-    let files = inputs(target);
+    let files = fuseprof_fixtures::fuzz_inputs(target);
     assert!(!files.is_empty(), "no {target} corpus");
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("run.sqlite");
@@ -68,7 +51,7 @@ fn nsys_corpus() {
 
 #[test]
 fn spool_corpus() {
-    let files = inputs("spool");
+    let files = fuseprof_fixtures::fuzz_inputs("spool");
     assert!(!files.is_empty(), "no spool corpus");
     let dir = tempfile::tempdir().unwrap();
     for f in files {

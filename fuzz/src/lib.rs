@@ -73,18 +73,15 @@ pub fn spool(data: &[u8]) {
     }
 }
 
-/// Where a `ranks` input is cut into its ranks' files.
-pub const RANK_SEPARATOR: &[u8] = b"\0RANK\0";
-
 /// The ranks of one job, as `fuseprof import rank-*.json -o run.sqlite` merges them: `data` cut
-/// at each [`RANK_SEPARATOR`] into up to four PyTorch-profiler traces, `rank-0.json` on. The
+/// at each `\0RANK\0` into up to four PyTorch-profiler traces, `rank-0.json` on. The
 /// clocks' alignment and the merge read every time, id and name the traces hold; an accepted
 /// job must open again and its analysis (per rank and across ranks) must not panic.
 pub fn ranks(data: &[u8]) {
     let dir = scratch().join("ranks");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("a ranks folder");
-    let inputs: Vec<PathBuf> = split_ranks(data)
+    let inputs: Vec<PathBuf> = fuseprof_fixtures::split_ranks(data)
         .iter()
         .enumerate()
         .map(|(i, part)| {
@@ -104,24 +101,6 @@ pub fn ranks(data: &[u8]) {
         reopen(&out);
         let _ = fuseprof_analyzer::analyze_file(&out, &fuseprof_analyzer::AnalyzeConfig::default());
     }
-}
-
-/// `data`'s ranks: the pieces between [`RANK_SEPARATOR`]s, four at most (the last takes the
-/// rest).
-pub fn split_ranks(data: &[u8]) -> Vec<&[u8]> {
-    let mut parts = Vec::new();
-    let mut rest = data;
-    while parts.len() < 3 {
-        match rest.windows(RANK_SEPARATOR.len()).position(|w| w == RANK_SEPARATOR) {
-            Some(at) => {
-                parts.push(&rest[..at]);
-                rest = &rest[at + RANK_SEPARATOR.len()..];
-            }
-            None => break,
-        }
-    }
-    parts.push(rest);
-    parts
 }
 
 /// A run file as `fuseprof tui` opens it: the summaries kept in it (the lane bins, the

@@ -848,40 +848,33 @@ fn the_page_in_headless_chromium() {
 #[test]
 fn outputs_fuzz_corpus() {
     use fuseprof_reports::chrome;
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz");
     let mut reports = 0;
-    for kind in ["corpus", "regressions"] {
-        let Ok(rd) = std::fs::read_dir(root.join(kind).join("outputs")) else {
-            continue;
-        };
-        for f in rd.flatten().map(|e| e.path()) {
-            let dir = tempfile::tempdir().unwrap();
-            let run = dir.path().join("run.sqlite");
-            std::fs::copy(&f, &run).unwrap();
-            if let Ok(mut store) = fuseprof_store::Store::open(&run) {
-                let _ = store.info();
-                let _ = chrome::export(&mut store, &dir.path().join("trace.json"), true);
-            }
-            let cfg = fuseprof_analyzer::AnalyzeConfig::default();
-            if let Ok(a) = fuseprof_analyzer::analyze_file(&run, &cfg) {
-                let _ = fuseprof_analyzer::render_text(&a, &cfg);
-            }
-            let gate =
-                Gate::from_arg("step_time<=+3%,op:aten::addmm<=+10%,new_kernels<=0").unwrap();
-            let written = report::generate(&ReportConfig {
-                run: run.clone(),
-                output: dir.path().join("report.html"),
-                baseline: Some(run.clone()),
-                gate: Some(gate),
-                summary: Some(dir.path().join("summary.md")),
-                junit: Some(dir.path().join("gate.xml")),
-                history: None,
-            });
-            reports += usize::from(written.is_ok());
-            let advice_cfg = fuseprof_fusion_advisor::AdviseConfig::default();
-            if let Ok(advice) = fuseprof_fusion_advisor::advise_file(&run, &advice_cfg) {
-                let _ = fuseprof_fusion_advisor::render_text(&advice, 10);
-            }
+    for f in fuseprof_fixtures::fuzz_inputs("outputs") {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("run.sqlite");
+        std::fs::copy(&f, &run).unwrap();
+        if let Ok(mut store) = fuseprof_store::Store::open(&run) {
+            let _ = store.info();
+            let _ = chrome::export(&mut store, &dir.path().join("trace.json"), true);
+        }
+        let cfg = fuseprof_analyzer::AnalyzeConfig::default();
+        if let Ok(a) = fuseprof_analyzer::analyze_file(&run, &cfg) {
+            let _ = fuseprof_analyzer::render_text(&a, &cfg);
+        }
+        let gate = Gate::from_arg("step_time<=+3%,op:aten::addmm<=+10%,new_kernels<=0").unwrap();
+        let written = report::generate(&ReportConfig {
+            run: run.clone(),
+            output: dir.path().join("report.html"),
+            baseline: Some(run.clone()),
+            gate: Some(gate),
+            summary: Some(dir.path().join("summary.md")),
+            junit: Some(dir.path().join("gate.xml")),
+            history: None,
+        });
+        reports += usize::from(written.is_ok());
+        let advice_cfg = fuseprof_fusion_advisor::AdviseConfig::default();
+        if let Ok(advice) = fuseprof_fusion_advisor::advise_file(&run, &advice_cfg) {
+            let _ = fuseprof_fusion_advisor::render_text(&advice, 10);
         }
     }
     assert!(reports > 0, "no outputs corpus that makes a report");
