@@ -6,7 +6,15 @@
   python check.py pids RUN.sqlite                         per process: name, kernels, devices, ranges
 Prints one JSON object; exits 1 when a check fails.
 """
-import json, sqlite3, sys
+import json, os, sqlite3, sys
+
+
+def connect(path):
+    """The run at `path`, read-only: a missing run is an error here, not an empty file that
+    the next `fuseprof collect -o` to the same path would refuse to replace."""
+    if not os.path.isfile(path):
+        sys.exit(f"{path}: no such run")
+    return sqlite3.connect(f"file:{path}?mode=ro", uri=True)
 
 
 def q(db, sql, *args):
@@ -41,7 +49,7 @@ def pids(db):
 
 def gpu_test(expected_path, run_path):
     exp = json.load(open(expected_path))
-    db = sqlite3.connect(run_path)
+    db = connect(run_path)
     got = {
         "kernels": one(db, "select count(*) from kernels k join strings s on s.id=k.name_id where s.value like 'add_one%'"),
         "memcpy_htod": one(db, "select count(*) from memops where kind='memcpy' and copy_kind='HtoD'"),
@@ -79,7 +87,7 @@ def gpu_test(expected_path, run_path):
 
 
 def compare(run_path, kineto_path):
-    db = sqlite3.connect(run_path)
+    db = connect(run_path)
     ours = q(db, "select s.value, k.start_ns, k.end_ns from kernels k join strings s on s.id=k.name_id order by k.start_ns")
     tr = json.load(open(kineto_path))
     ev = [e for e in tr["traceEvents"] if e.get("cat") == "kernel"]
@@ -114,8 +122,8 @@ if __name__ == "__main__":
     elif cmd == "compare":
         r = compare(sys.argv[2], sys.argv[3])
     elif cmd == "pids":
-        r = pids(sqlite3.connect(sys.argv[2]))
+        r = pids(connect(sys.argv[2]))
     else:
-        r = summary(sqlite3.connect(sys.argv[2]))
+        r = summary(connect(sys.argv[2]))
     print(json.dumps(r, default=str))
     sys.exit(0 if r.get("ok", True) else 1)

@@ -7,11 +7,13 @@ one JSON object: totals, how many (name, dims) pairs agree, and the largest diff
 Used to check fuseprof's op observer against torch.autograd.profiler.emit_nvtx on the same
 script. Exits 1 when the op counts differ.
 """
-import collections, json, sqlite3, sys
+import collections, json, sys
+
+from check import connect
 
 
 def ops(path):
-    db = sqlite3.connect(path)
+    db = connect(path)
     rows = db.execute("""select n.value, coalesce(d.value, '') from ranges r
                          join strings n on n.id = r.name_id
                          left join strings d on d.id = r.input_dims_id

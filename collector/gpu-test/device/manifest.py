@@ -6,9 +6,9 @@
 ENV.json holds what the device script gathered once (gpu, driver, cuda, cupti, software, date).
 Counts, dropped-record totals, CUPTI version and the device row are read from the run.
 """
-import argparse, json, os, sqlite3
+import argparse, json, os
 
-from check import one, q, summary
+from check import connect, one, q, summary
 
 
 def main():
@@ -22,7 +22,7 @@ def main():
     ap.add_argument("--profiler-command")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
-    db = sqlite3.connect(a.run)
+    db = connect(a.run)
     env = json.load(open(a.env))
     meta = dict(q(db, "select key, value from meta"))
     s = summary(db)
