@@ -309,7 +309,7 @@ impl App {
 
     fn set_window(&mut self, from: i64, to: i64) {
         // Never narrower than 100 ns nor wider than 10x the run.
-        let span = (to - from).clamp(
+        let span = to.saturating_sub(from).clamp(
             100,
             10 * (self.runs[0].meta.last_ns - self.runs[0].meta.first_ns).max(100),
         );
@@ -572,9 +572,9 @@ impl App {
                     .min_by_key(|s| {
                         if s.start_ns <= t && s.end_ns >= t {
                             // Inside: the innermost (shortest) first.
-                            (0, s.end_ns - s.start_ns)
+                            (0, s.dur_ns().max(0) as u64)
                         } else {
-                            (1, (s.start_ns - t).abs().min((s.end_ns - t).abs()))
+                            (1, s.start_ns.abs_diff(t).min(s.end_ns.abs_diff(t)))
                         }
                     })
                     .copied()
@@ -684,20 +684,24 @@ impl App {
     /// when `zoom` or when the view is far wider than the record's context).
     fn center_on(&mut self, run: usize, s: i64, e: i64, zoom: bool) {
         let o = self.offsets[run];
-        let (s, e) = (s - o, e - o);
+        // Saturating throughout: a damaged run's record may start and end ages apart.
+        let (s, e) = (s.saturating_sub(o), e.saturating_sub(o));
         let span = self.to_ns - self.from_ns;
         // The record and as much again each side; without `zoom`, the view keeps its width
         // unless it is so wide that the record would not show (then 1/64 of it at a time).
-        let want = ((e - s) * 3).max(1_000);
+        let want = e.saturating_sub(s).saturating_mul(3).max(1_000);
         let new_span = if zoom {
             want
-        } else if span > want * 2000 {
+        } else if span > want.saturating_mul(2000) {
             want.max(span / 64)
         } else {
             span
         };
         let mid = s / 2 + e / 2;
-        self.set_window(mid - new_span / 2, mid + new_span / 2);
+        self.set_window(
+            mid.saturating_sub(new_span / 2),
+            mid.saturating_add(new_span / 2),
+        );
         // Bring the selected track's lane into the cursor.
         if let Some(sel) = self.selection {
             let rows = self.rows();
@@ -876,7 +880,7 @@ impl App {
                 self.view = View::Timeline;
                 self.select(0, track, lane, span);
                 self.center_on(0, span.start_ns, span.end_ns, true);
-                self.message = format!("{label}: {}", dur(span.end_ns - span.start_ns));
+                self.message = format!("{label}: {}", dur(span.dur_ns()));
             }
             None => {
                 self.message = format!(

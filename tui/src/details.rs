@@ -34,7 +34,7 @@ struct Ctx<'a> {
 pub fn read(store: &mut Store, names: &NameInfo, meta: &Meta, track: usize, span: Span) -> Details {
     let r = &mut Ctx { store, names, meta };
     let t0 = r.meta.first_ns;
-    let at = |t: i64| format!("{} (from the run's start)", dur(t - t0));
+    let at = |t: i64| format!("{} (from the run's start)", dur(t.saturating_sub(t0)));
     let mut d = Details::default();
     let track_label = r.meta.tracks[track].label.clone();
     let thread_track = |m: &Meta, pid: i64, tid: i64| {
@@ -63,7 +63,7 @@ pub fn read(store: &mut Store, names: &NameInfo, meta: &Meta, track: usize, span
             d.lines
                 .push(("class".into(), r.names.class_of(k.name).as_str().into()));
             d.lines
-                .push(("duration".into(), dur(k.end_ns - k.start_ns)));
+                .push(("duration".into(), dur(k.end_ns.saturating_sub(k.start_ns))));
             d.lines.push(("start".into(), at(k.start_ns)));
             d.lines.push((
                 "device, stream".into(),
@@ -107,14 +107,14 @@ pub fn read(store: &mut Store, names: &NameInfo, meta: &Meta, track: usize, span
             d.title = what.clone();
             d.lines.push(("kind".into(), what));
             d.lines
-                .push(("duration".into(), dur(m.end_ns - m.start_ns)));
+                .push(("duration".into(), dur(m.end_ns.saturating_sub(m.start_ns))));
             d.lines.push(("start".into(), at(m.start_ns)));
             d.lines.push((
                 "device, stream".into(),
                 format!("{} , {}", m.device_id, m.stream_id),
             ));
             if let Some(b) = m.bytes {
-                let secs = (m.end_ns - m.start_ns).max(1) as f64 * 1e-9;
+                let secs = m.end_ns.saturating_sub(m.start_ns).max(1) as f64 * 1e-9;
                 d.lines.push((
                     "bytes".into(),
                     format!(
@@ -184,7 +184,7 @@ pub fn read(store: &mut Store, names: &NameInfo, meta: &Meta, track: usize, span
             let name = r.names.get(c.name).to_string();
             d.title = format!("{} ({})", name, c.api.as_str());
             d.lines
-                .push(("duration".into(), dur(c.end_ns - c.start_ns)));
+                .push(("duration".into(), dur(c.end_ns.saturating_sub(c.start_ns))));
             d.lines.push(("start".into(), at(c.start_ns)));
             d.lines.push((
                 "thread".into(),
@@ -206,8 +206,8 @@ pub fn read(store: &mut Store, names: &NameInfo, meta: &Meta, track: usize, span
                             "launched".into(),
                             format!(
                                 "{label} on GPU{dev} s{st}, {} after the call, {}",
-                                dur(g.start_ns - c.start_ns),
-                                dur(g.end_ns - g.start_ns)
+                                dur(g.start_ns.saturating_sub(c.start_ns)),
+                                dur(g.end_ns.saturating_sub(g.start_ns))
                             ),
                         ));
                     }
@@ -244,7 +244,7 @@ pub fn read(store: &mut Store, names: &NameInfo, meta: &Meta, track: usize, span
                     "launched by".into(),
                     format!(
                         "{name}, {} long, {} before the start (pid {}, tid {})",
-                        dur(c.end_ns - c.start_ns),
+                        dur(c.end_ns.saturating_sub(c.start_ns)),
                         dur(start - c.start_ns),
                         c.pid,
                         c.tid

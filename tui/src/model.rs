@@ -76,6 +76,14 @@ pub struct Span {
     pub item: ItemRef,
 }
 
+impl Span {
+    /// How long the record runs; saturating, for a damaged run's records that start or end
+    /// further apart than an i64 of nanoseconds holds.
+    pub fn dur_ns(&self) -> i64 {
+        self.end_ns.saturating_sub(self.start_ns)
+    }
+}
+
 /// One screen column of one lane.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Cell {
@@ -697,9 +705,11 @@ pub fn cells_from_spans(
         if sp.end_ns < from_ns || sp.start_ns >= to_ns {
             continue;
         }
-        let s = (sp.start_ns - from_ns) as f64 / width;
-        let e = (sp.end_ns.max(sp.start_ns) - from_ns) as f64 / width;
-        let c0 = s.floor().max(0.0) as usize;
+        // Saturating: a record of a damaged run may start or end ages outside the window,
+        // further than an i64 of nanoseconds reaches from its edge.
+        let s = sp.start_ns.saturating_sub(from_ns) as f64 / width;
+        let e = sp.end_ns.max(sp.start_ns).saturating_sub(from_ns) as f64 / width;
+        let c0 = (s.floor().max(0.0) as usize).min(n - 1);
         let c1 = (e.ceil() as usize).clamp(c0 + 1, n);
         if sp.start_ns >= from_ns {
             out[c0.min(n - 1)].count += 1;
@@ -836,6 +846,18 @@ mod tests {
         assert_eq!(cells[5].count, 10);
         assert_eq!(cells[5].key, 2);
         assert_eq!(cells[0].span.unwrap().start_ns, 0);
+    }
+
+    #[test]
+    fn records_further_from_the_window_than_an_i64_reaches_fill_it() {
+        // A damaged run's records: one from before the i64's reach of the window's start,
+        // one past the window's end by as much; both cover every column, and nothing panics.
+        let from = 1_700_000_000_000_000_000;
+        let spans = [span(i64::MIN, from + 500, 1), span(from + 500, i64::MAX, 2)];
+        let cells = cells_from_spans(&spans, from, from + 1_000, 10, true);
+        assert!(cells.iter().all(|c| c.busy == 1.0), "{cells:?}");
+        assert_eq!(cells[5].count, 1);
+        assert_eq!(spans[0].dur_ns(), i64::MAX);
     }
 
     #[test]

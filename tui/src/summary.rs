@@ -470,7 +470,7 @@ impl LaneEncoder {
             put(out, bins.long.len() as u64);
             for s in &bins.long {
                 put_i(out, s.start_ns);
-                put_i(out, s.end_ns - s.start_ns);
+                put_i(out, s.dur_ns());
                 put(out, s.key as u64);
                 put_i(out, s.name.0);
                 // The summary pass keeps long records by (start, name).

@@ -299,7 +299,7 @@ fn draw_timeline(f: &mut Frame, app: &mut App, area: Rect) {
 fn covers(sp: &Span, from: i64, to: i64, w: u16, x: usize) -> bool {
     let col = (to - from) as f64 / w.max(1) as f64;
     let a = from as f64 + x as f64 * col;
-    (sp.end_ns - sp.start_ns) as f64 >= 2.0 * col
+    sp.dur_ns() as f64 >= 2.0 * col
         && sp.start_ns as f64 <= a + col * 0.5
         && sp.end_ns as f64 >= a + col * 0.5
 }
@@ -393,11 +393,7 @@ fn draw_status(f: &mut Frame, app: &App, area: Rect) {
                     .to_string()
             }
         };
-        parts.push(format!(
-            "sel {} {}",
-            fit(&name, 40),
-            dur(sel.span.end_ns - sel.span.start_ns)
-        ));
+        parts.push(format!("sel {} {}", fit(&name, 40), dur(sel.span.dur_ns())));
     }
     if let Some(s) = app.step {
         parts.push(format!("scope step {s}"));
