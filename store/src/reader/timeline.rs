@@ -187,6 +187,8 @@ fn name_filter(names: &[StrId]) -> String {
 impl Store {
     /// The distinct values of a two-column index prefix `(a, b)` of `table`, in order, one
     /// index seek each (a loose index scan: SQLite would read the whole index for DISTINCT).
+    /// Each seek must land past the pair before it: SQLite trusts the index's order, so a
+    /// damaged index could otherwise send the scan round the same pairs for ever.
     fn distinct_pairs(&mut self, table: &str, a: &str, b: &str) -> Result<Vec<(i64, i64)>> {
         let same = format!(
             "SELECT {a}, {b} FROM {table} WHERE {a} = ?1 AND {b} > ?2 ORDER BY {a}, {b} LIMIT 1"
@@ -208,6 +210,12 @@ impl Store {
                 self.query(&next, &[pair.0], |s| {
                     found = Some((s.col_i64(0), s.col_i64(1)))
                 })?;
+            }
+            if found.is_some_and(|f| f <= pair) {
+                return Err(super::not_a_store(
+                    &self.path,
+                    format!("its {table} index on ({a}, {b}) is corrupt (out of order)"),
+                ));
             }
         }
         Ok(out)
