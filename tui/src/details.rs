@@ -245,7 +245,7 @@ pub fn read(store: &mut Store, names: &NameInfo, meta: &Meta, track: usize, span
                     format!(
                         "{name}, {} long, {} before the start (pid {}, tid {})",
                         dur(c.end_ns.saturating_sub(c.start_ns)),
-                        dur(start - c.start_ns),
+                        dur(start.saturating_sub(c.start_ns)),
                         c.pid,
                         c.tid
                     ),

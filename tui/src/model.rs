@@ -712,7 +712,7 @@ pub fn cells_from_spans(
         let c0 = (s.floor().max(0.0) as usize).min(n - 1);
         let c1 = (e.ceil() as usize).clamp(c0 + 1, n);
         if sp.start_ns >= from_ns {
-            out[c0.min(n - 1)].count += 1;
+            out[c0].count += 1;
         }
         for c in c0..c1.min(n) {
             // A zero-length record (a mark) still shows: it counts as a sliver.
