@@ -335,6 +335,19 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Check a run as SQLite does (PRAGMA integrity_check), and rewrite one that an earlier
+    /// fuseprof wrote with data on SQLite's lock-byte page (runs over 1 GiB) into a valid file
+    /// holding every row. The file is replaced only once the rewritten copy passes the check.
+    #[command(after_help = "Examples:\n  \
+        fuseprof repair job.sqlite\n  \
+        fuseprof repair job.sqlite -o job-fixed.sqlite")]
+    Repair {
+        /// The run file to check and repair.
+        run: PathBuf,
+        /// Write the repaired run here instead of replacing RUN.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
     /// Show what a run holds: source, devices, counts, time span.
     #[command(after_help = "Example:\n  fuseprof info run.sqlite --json")]
     Info {
@@ -773,6 +786,24 @@ fn run(command: Command) -> Result<ExitCode> {
                 println!("{}", serde_json::to_string_pretty(&runs)?);
             } else {
                 print!("{}", hist::render_text(&runs));
+            }
+        }
+        Command::Repair { run, output } => {
+            let progress = Progress::default();
+            progress.phase("checking", 0);
+            let r = with_progress(&progress, || {
+                fuseprof_store::repair(&run, output.as_deref())
+            })?;
+            match r.moved {
+                Some((from, to)) => println!(
+                    "{}: moved page {from} (SQLite's lock-byte page) to page {to}; \
+                     PRAGMA integrity_check: ok",
+                    r.path.display()
+                ),
+                None => println!(
+                    "{}: nothing to repair; PRAGMA integrity_check: ok",
+                    r.path.display()
+                ),
             }
         }
         Command::Info { run, json } => {

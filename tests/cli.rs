@@ -98,6 +98,17 @@ fn import_info_export_round_trip_on_real_traces() {
         let info: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
         assert_eq!(info["counts"]["kernels"], kernels);
 
+        // A valid run has nothing to repair, and is left as it was.
+        let before = std::fs::read(&run).unwrap();
+        let o = fuseprof(&["repair", s(&run)]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let said = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            said.contains("nothing to repair; PRAGMA integrity_check: ok"),
+            "{said}"
+        );
+        assert!(std::fs::read(&run).unwrap() == before);
+
         let o = fuseprof(&["export", s(&run), "-o", s(&json)]);
         assert!(o.status.success(), "{}", stderr(&o));
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
@@ -131,6 +142,7 @@ fn bad_input_gets_one_line_and_a_failing_exit_code() {
         vec!["import", s(&junk), "-o", s(&out)],
         vec!["import", "/no/such/file.json", "-o", s(&out)],
         vec!["info", s(&junk)],
+        vec!["repair", s(&junk)],
         vec!["export", s(&junk), "-o", s(&out)],
         vec![
             "bench",

@@ -1230,7 +1230,8 @@ fn step_walls_come_from_the_step_ranges_alone() {
 }
 
 /// The store fuzz target's corpus and every input that once crashed it (fuzz/corpus/store,
-/// fuzz/regressions/store): analyze answers each with a result or an error, never a panic.
+/// fuzz/regressions/store): analyze and repair answer each with a result or an error, never a
+/// panic, and a repair that succeeds leaves a file SQLite finds nothing wrong with.
 #[test]
 fn store_fuzz_corpus() {
     let files = fuseprof_fixtures::fuzz_inputs("store");
@@ -1240,6 +1241,11 @@ fn store_fuzz_corpus() {
         let p = dir.path().join("run.sqlite");
         std::fs::copy(&f, &p).unwrap();
         let _ = analyze_path(&p);
+        let out = dir.path().join("repaired.sqlite");
+        if let Ok(r) = fuseprof_store::repair(&p, Some(&out)) {
+            let problems = fuseprof_store::integrity_check(&r.path, false).unwrap();
+            assert!(problems.is_empty(), "{f:?}: {problems:?}");
+        }
     }
 }
 
@@ -1272,6 +1278,8 @@ fn ranks_fuzz_corpus() {
             jobs: Some(1),
         };
         if import_ranks(&inputs, &out, &opts).is_ok() {
+            let problems = fuseprof_store::integrity_check(&out, true).unwrap();
+            assert!(problems.is_empty(), "{f:?}: {problems:?}");
             Store::open(&out)
                 .and_then(|mut s| s.info())
                 .unwrap_or_else(|e| panic!("{f:?}: the accepted job does not open: {e}"));

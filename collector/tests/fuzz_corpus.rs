@@ -1,7 +1,8 @@
 //! The fuzz targets' corpora and every input that once crashed them (fuzz/corpus/TARGET,
 //! fuzz/regressions/TARGET), run through the importers and the spool ingest as the targets run
-//! them (fuzz/src/lib.rs): no panic, an accepted input makes a run that opens again, and an
-//! accepted plain Kineto trace is JSON as serde_json reads it.
+//! them (fuzz/src/lib.rs): no panic, an accepted input makes a run that passes SQLite's
+//! `quick_check` and opens again, and an accepted plain Kineto trace is JSON as serde_json
+//! reads it.
 
 use std::path::Path;
 
@@ -9,6 +10,8 @@ use fuseprof_collector::collect::ingest_spool_dir;
 use fuseprof_collector::import::{import, Format, ImportOptions};
 
 fn reopen(out: &Path) {
+    let problems = fuseprof_store::integrity_check(out, true).expect("SQLite opens the run");
+    assert!(problems.is_empty(), "SQLite's quick_check: {problems:?}");
     let mut store = fuseprof_store::Store::open(out).expect("an accepted input makes a valid run");
     store.info().expect("its counts read back");
 }

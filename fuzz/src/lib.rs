@@ -20,7 +20,11 @@ fn scratch() -> &'static Path {
     })
 }
 
+/// An accepted input's run: SQLite's own `quick_check` finds nothing wrong with the file, and
+/// it opens again as a store.
 fn reopen(out: &Path) {
+    let problems = fuseprof_store::integrity_check(out, true).expect("SQLite opens the run");
+    assert!(problems.is_empty(), "SQLite's quick_check: {problems:?}");
     let mut store = fuseprof_store::Store::open(out).expect("an accepted input makes a valid run");
     store.info().expect("its counts read back");
 }
@@ -171,9 +175,16 @@ pub fn outputs(data: &[u8]) {
     }
 }
 
-/// A run file as `analyze` opens it: corrupted pages, cut files, other SQLite files.
+/// A run file as `analyze` and `repair` open it: corrupted pages, cut files, other SQLite
+/// files. A repair that succeeds leaves a file SQLite finds nothing wrong with.
 pub fn store(data: &[u8]) {
     let path = scratch().join("corrupt.sqlite");
     std::fs::write(&path, data).expect("write the run");
     let _ = fuseprof_analyzer::analyze_file(&path, &fuseprof_analyzer::AnalyzeConfig::default());
+    let out = scratch().join("repaired.sqlite");
+    let _ = std::fs::remove_file(&out);
+    if let Ok(r) = fuseprof_store::repair(&path, Some(&out)) {
+        let problems = fuseprof_store::integrity_check(&r.path, false).expect("SQLite opens it");
+        assert!(problems.is_empty(), "PRAGMA integrity_check: {problems:?}");
+    }
 }

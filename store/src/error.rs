@@ -22,6 +22,8 @@ pub enum Error {
         found: i64,
         supported: i64,
     },
+    #[error("{}: not a valid SQLite file: {reason}", path.display())]
+    Malformed { path: PathBuf, reason: String },
     #[error("{}: the run is incomplete (its writer never finished)", path.display())]
     Incomplete { path: PathBuf },
     #[error("database error: {0}")]

@@ -23,12 +23,16 @@
 //! ```
 
 mod error;
+mod fileformat;
+#[cfg(test)]
+mod large_files;
 mod mapped;
 mod model;
 mod names;
 mod ranks;
 mod raw;
 mod reader;
+mod repair;
 mod results;
 mod rows;
 mod summaries;
@@ -47,6 +51,7 @@ pub use reader::{
     schema_text_is_utf8, ApiSpan, Direction, GpuKind, GpuSpan, HostSpan, Info, PassKernel,
     PassMemop, PassRange, RowEstimates, Store, Strings, TableCounts, SCHEMA_NOT_UTF8,
 };
+pub use repair::{integrity_check, repair, Repaired};
 pub use results::{record_bench_results, BenchResult};
 pub use rows::{RawHandle, RawRows};
 pub use summaries::write_summary;

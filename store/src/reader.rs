@@ -417,6 +417,18 @@ impl Store {
         if !meta.is_file() {
             return Err(not_a_store(path, "it is not a file"));
         }
+        // What SQLite would only find out at the first read of a bad page, said at once.
+        let file = std::fs::File::open(path).map_err(|error| Error::Io {
+            path: path.into(),
+            error,
+        })?;
+        if let Ok(Some(Err(m))) = crate::fileformat::check(&file) {
+            return Err(Error::Malformed {
+                path: path.into(),
+                reason: m.to_string(),
+            });
+        }
+        drop(file);
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .map_err(|source| Error::Io {

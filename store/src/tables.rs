@@ -96,6 +96,11 @@ impl TableFile {
         if first == 0 || count == 0 || u64::from(first) + count as u64 - 1 > self.pages {
             return None;
         }
+        // The lock-byte page holds no data: a tree that points there is malformed.
+        let lock = u64::from(crate::fileformat::lock_byte_page(self.page_size));
+        if (u64::from(first)..u64::from(first) + count as u64).contains(&lock) {
+            return None;
+        }
         let offset = usize::try_from(u64::from(first - 1) * self.page_size as u64).ok()?;
         let len = count * self.page_size;
         if let Some(map) = &self.map {

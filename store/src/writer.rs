@@ -7,7 +7,7 @@
 //! unless the channel is full, memory stays bounded by the channel and the index keys, and the
 //! file appears under its final name only when `finish` succeeds.
 
-mod btree;
+pub(crate) mod btree;
 mod interner;
 
 use std::collections::BTreeMap;

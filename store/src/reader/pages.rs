@@ -166,6 +166,11 @@ impl<'h> PageFile<'h> {
         if first == 0 || u64::from(first) + count as u64 - 1 > self.pages {
             return false;
         }
+        // The lock-byte page holds no data: a tree that points there is malformed.
+        let lock = u64::from(crate::fileformat::lock_byte_page(self.page_size));
+        if (u64::from(first)..u64::from(first) + count as u64).contains(&lock) {
+            return false;
+        }
         buf.resize(count * self.page_size, 0);
         let offset = u64::from(first - 1) * self.page_size as u64;
         self.read_at(buf, offset)
@@ -293,7 +298,9 @@ impl<F: FnMut(i64, &[u8]) -> bool> Walk<'_, '_, F> {
                 self.page(first + i as u32, page, depth)
             })
         } else {
-            Err(Stop::Unexpected("page number outside the file"))
+            Err(Stop::Unexpected(
+                "page number outside the file, or the lock-byte page",
+            ))
         };
         self.buffers[depth] = buf;
         result

@@ -36,6 +36,10 @@ pub(crate) struct PageFile {
     /// and how many more start it again.
     written_back: u64,
     writeback_every: u64,
+    /// Writes data on the lock-byte page as fuseprof did before it passed that page over, to
+    /// make the damaged runs that `repair` is tested on.
+    #[cfg(test)]
+    pub(crate) lock_page_as_data: bool,
 }
 
 /// Writeback of appended pages starts every this many bytes.
@@ -49,7 +53,20 @@ impl PageFile {
             next: geo.pages + 1,
             written_back: geo.pages as u64 * geo.page_size as u64,
             writeback_every: WRITEBACK_EVERY,
+            #[cfg(test)]
+            lock_page_as_data: false,
         }
+    }
+
+    /// The number the next page appended after `n` gets: the lock-byte page, the page that
+    /// holds offset 1 GiB, is passed over (SQLite keeps it out of every tree and list, and a
+    /// file that uses it is corrupt to SQLite).
+    fn page_after(&self, n: u32) -> u32 {
+        #[cfg(test)]
+        if self.lock_page_as_data {
+            return n + 1;
+        }
+        crate::fileformat::page_after(n, self.geo.page_size)
     }
 
     /// Starts the disk writes of the pages appended since the last call, without waiting for
@@ -90,13 +107,13 @@ impl PageFile {
     /// Writes `page` after the last one and returns its number.
     fn append(&mut self, page: &[u8]) -> std::io::Result<u32> {
         debug_assert_eq!(page.len(), self.geo.page_size);
-        let n = self.next;
-        if n == u32::MAX {
+        // SQLite's largest page number is 2^32 - 2.
+        if self.next >= u32::MAX - 1 {
             return Err(std::io::Error::other(
                 "the run needs more pages than SQLite allows",
             ));
         }
-        if n == 1 + self.geo.pages {
+        if self.next == 1 + self.geo.pages {
             // The appended pages start where the file ends.
             use std::io::Seek;
             self.out.flush()?;
@@ -104,8 +121,14 @@ impl PageFile {
                 self.geo.pages as u64 * self.geo.page_size as u64,
             ))?;
         }
+        let mut n = self.next;
+        if self.page_after(n - 1) != n {
+            // The lock-byte page: zeros (SQLite itself leaves a hole), and the page after it.
+            self.out.write_all(&vec![0u8; self.geo.page_size])?;
+            n += 1;
+        }
         self.out.write_all(page)?;
-        self.next += 1;
+        self.next = n + 1;
         self.start_writeback();
         Ok(n)
     }
@@ -535,19 +558,23 @@ impl TableTree {
         let geo = file.geometry();
         let per = geo.usable - 4;
         let chunks: Vec<&[u8]> = rest.chunks(per).collect();
-        // Page numbers are given in order of writing; number them so the chain runs forward.
-        let first = file.next;
+        // Page numbers are given in order of writing (passing over the lock-byte page): each
+        // page's successor is known before it is written, so the chain runs forward.
+        let first = file.page_after(file.next - 1);
+        let mut this = first;
         for (i, chunk) in chunks.iter().enumerate() {
             self.overflow.clear();
             self.overflow.resize(geo.page_size, 0);
             let next = if i + 1 < chunks.len() {
-                first + i as u32 + 1
+                file.page_after(this)
             } else {
                 0
             };
             self.overflow[..4].copy_from_slice(&next.to_be_bytes());
             self.overflow[4..4 + chunk.len()].copy_from_slice(chunk);
-            file.append(&self.overflow)?;
+            let n = file.append(&self.overflow)?;
+            debug_assert_eq!(n, this);
+            this = next;
         }
         Ok(first)
     }
