@@ -38,6 +38,7 @@ pub mod model_bench;
 mod progress;
 mod render;
 mod rules;
+pub mod steps;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;

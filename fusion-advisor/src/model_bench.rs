@@ -1,7 +1,9 @@
 //! `fuseprof bench -- CMD ARGS...`: the user's program run as it is (baseline) and with the
 //! bundled kernels swapped in by the patch layer (`python/patch/`), each side traced by
 //! `collect` in its own process, interleaved for a number of rounds, in each of the asked modes
-//! (eager, CUDA graphs, torch.compile). Step times come from the program's step ranges; a last
+//! (eager, CUDA graphs, torch.compile). Step times come from the step clock the patch layer
+//! runs in the program ([`crate::steps`]: steps found without annotation, timed on the GPU's
+//! and the host's clocks, with the timed loop's wall time on the program's own clock); a last
 //! pass per side with op ranges gives the per-op diff; the patch layer's reports give the
 //! numerics verdict.
 
@@ -18,6 +20,7 @@ const PATCH: &str = include_str!("../python/patch/fuseprof_patch.py");
 const PATCH_OPS: &str = include_str!("../python/patch/fuseprof_patch_ops.py");
 const TORCH_OPS_CPP: &str = include_str!("../python/patch/fuseprof_torch_ops.cpp");
 const PATCH_SITE: &str = include_str!("../python/patch/sitecustomize.py");
+const PATCH_STEPS: &str = include_str!("../python/patch/fuseprof_steps.py");
 const KERNELS_PY: &str = include_str!("../../kernels/python/fuseprof_kernels.py");
 
 /// How both sides run the model in one mode of the comparison.
@@ -94,27 +97,45 @@ pub struct ModelBenchConfig {
 /// Step times of one side over the rounds, ms.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Side {
-    /// Median step time of each round.
+    /// Each round's timed loop: its wall time on the program's clock over its steps.
     pub rounds_ms: Vec<f64>,
     pub median_ms: f64,
     pub min_ms: f64,
     pub max_ms: f64,
+    /// Each round's median step period, on the clock that bounds it.
+    pub rounds_period_ms: Vec<f64>,
+    pub period_median_ms: f64,
+    /// Each round's steps, as the step clock found them.
+    pub steps: Vec<crate::steps::Steps>,
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    // An even count's median is the mean of the middle two, not the upper one.
+    (s[(n - 1) / 2] + s[n / 2]) / 2.0
 }
 
 impl Side {
-    fn new(rounds_ms: Vec<f64>) -> Side {
-        let mut s = rounds_ms.clone();
-        s.sort_by(f64::total_cmp);
-        let n = s.len();
+    fn new(steps: Vec<crate::steps::Steps>) -> Side {
+        let rounds_ms: Vec<f64> = steps.iter().map(|s| s.wall_per_step_ms()).collect();
+        let rounds_period_ms: Vec<f64> = steps.iter().map(|s| s.step_ms).collect();
         Side {
-            // An even count's median is the mean of the middle two, not the upper one.
-            median_ms: (s[(n - 1) / 2] + s[n / 2]) / 2.0,
-            min_ms: s[0],
-            max_ms: s[s.len() - 1],
+            median_ms: median(&rounds_ms),
+            min_ms: rounds_ms.iter().copied().fold(f64::INFINITY, f64::min),
+            max_ms: rounds_ms.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            period_median_ms: median(&rounds_period_ms),
             rounds_ms,
+            rounds_period_ms,
+            steps,
         }
     }
 }
+
+/// How far the speed-up the median step periods give may lie from the wall times' before the
+/// steps are called uneven.
+pub const WALL_AGREEMENT: f64 = 0.10;
 
 /// One mode's comparison.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -123,8 +144,15 @@ pub struct ModeResult {
     pub label: String,
     pub baseline: Side,
     pub patched: Side,
-    /// Baseline median over patched median.
+    /// Baseline over patched, from the timed loops' wall times per step (the program's clock).
     pub speedup: f64,
+    /// The same from the median step periods.
+    pub period_speedup: f64,
+    /// Why the speed-up is not reported: the two sides' timed loops do not time the same work.
+    pub refused: Option<String>,
+    /// Where the median periods give a speed-up more than [`WALL_AGREEMENT`] from the wall
+    /// times' (steps of uneven length): both, in words.
+    pub uneven: Option<String>,
     /// Modules the patch layer replaced (0: it ran the original code everywhere, as it does
     /// for a model in training mode).
     pub patched_modules: usize,
@@ -300,8 +328,6 @@ pub fn choose(rows: &[crate::bench::BenchRow]) -> Choice {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ModelBenchReport {
     pub command: String,
-    /// How the timed rounds were traced.
-    pub timing: Timing,
     pub modes: Vec<ModeResult>,
     pub summary: Summary,
     /// What the patched side applied, and how it was chosen.
@@ -342,27 +368,15 @@ impl Drop for Work {
     }
 }
 
-/// How the timed rounds were traced.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Timing {
-    /// NVTX only (CUDA activity off): the program's step annotations, with no per-launch
-    /// tracing cost.
-    StepRanges,
-    /// Fully traced (the program has no step annotation, so steps come from the analyzer's
-    /// period of the op sequence, which needs the GPU records).
-    Traced,
+/// The step clock's report files of a run named `name`: `PREFIX.PID`, one per process.
+fn steps_prefix(dir: &Path, name: &str) -> PathBuf {
+    dir.join(format!("steps-{name}.json"))
 }
 
-const NO_STEPS: &str = "the program's steps were not found; mark each step with an NVTX range \
-                        named `step` (torch.cuda.nvtx.range_push(\"step\")) or run it under the \
-                        PyTorch profiler's schedule";
-
-/// Median step wall time (ms) of a run traced with NVTX only; None without step annotations.
-/// Median step wall time (ms) of a run timed by its step ranges, and the ranges' text.
-fn annotated_step_ms(run: &Path) -> Result<Option<(f64, String)>> {
-    Ok(fuseprof_analyzer::annotated_steps(run)?
-        .and_then(|s| Some((s.wall?.median_ns / 1e6, s.name))))
+/// The step ranges' text of a run, where the program annotates its steps: what the passes with
+/// op ranges record inside.
+fn annotated_step_name(run: &Path) -> Result<Option<String>> {
+    Ok(fuseprof_analyzer::annotated_steps(run)?.map(|s| s.name))
 }
 
 /// What the passes with op ranges record: only inside the timed step ranges when the program
@@ -370,16 +384,6 @@ fn annotated_step_ms(run: &Path) -> Result<Option<(f64, String)>> {
 /// and first-call numerics check around them; else the whole run.
 fn ops_capture(step_name: Option<&str>) -> Capture {
     step_name.map_or(Capture::All, |n| Capture::Nvtx(n.to_string()))
-}
-
-/// Median step wall time (ms) of a fully traced run, from the analyzer's steps.
-fn traced_step_ms(run: &Path) -> Result<f64> {
-    let a = fuseprof_analyzer::analyze_file(run, &AnalyzeConfig::default())?;
-    let wall = a
-        .steps
-        .wall
-        .ok_or_else(|| Error::Bench(format!("{}: {NO_STEPS}", run.display())))?;
-    Ok(wall.median_ns / 1e6)
 }
 
 fn read_json(path: &Path) -> serde_json::Value {
@@ -430,6 +434,35 @@ impl Traced<'_> {
             )));
         }
         Ok(output)
+    }
+}
+
+impl Traced<'_> {
+    /// Runs the command as it is, without the tracer (nothing but the patch layer and the step
+    /// clock on PYTHONPATH): the timed rounds, whose every figure comes from the step clock.
+    fn run_plain(&self, env: Vec<(OsString, OsString)>, what: &str) -> Result<()> {
+        let mut path = vec![self.patch_dir.to_path_buf()];
+        if let Some(old) = std::env::var_os("PYTHONPATH") {
+            path.extend(std::env::split_paths(&old));
+        }
+        let status = std::process::Command::new(&self.cfg.command[0])
+            .args(&self.cfg.command[1..])
+            .envs(env)
+            .env(
+                "PYTHONPATH",
+                std::env::join_paths(&path).unwrap_or_else(|_| path[0].clone().into()),
+            )
+            .status()
+            .map_err(|e| {
+                Error::Bench(format!("{what}: cannot run `{}`: {e}", self.command_text))
+            })?;
+        if !status.success() {
+            return Err(Error::Bench(format!(
+                "the {what} of `{}` exited with {status}",
+                self.command_text
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -548,6 +581,7 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
         ("fuseprof_patch_ops.py", PATCH_OPS),
         ("fuseprof_torch_ops.cpp", TORCH_OPS_CPP),
         ("sitecustomize.py", PATCH_SITE),
+        ("fuseprof_steps.py", PATCH_STEPS),
         ("fuseprof_kernels.py", KERNELS_PY),
     ] {
         let p = patch_dir.join(name);
@@ -572,6 +606,8 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
         command_text: &command_text,
     };
     let mut runs = Vec::new();
+    // The step ranges' text where the program annotates its steps, from the advise run.
+    let mut step_name: Option<String> = None;
     let choice = match &cfg.apply {
         Some(named) => Choice {
             apply: named.clone(),
@@ -582,17 +618,15 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
         },
         None => {
             let (choice, run) = advised_choice(&traced, &lib, &progress)?;
+            step_name = annotated_step_name(&run)?;
             runs.push(run);
             choice
         }
     };
-    let mut timing = Timing::StepRanges;
     let rounds = cfg.rounds.max(1);
     let mut results = Vec::new();
     let mut first_patch = serde_json::Value::Null;
     let mut diff = None;
-    // The step ranges' text, from the first timed run.
-    let mut step_name: Option<String> = None;
     for (index, mode) in cfg.modes.iter().enumerate() {
         let report_path = dir.join(format!("patch-report-{index}.json"));
         let mut common: Vec<(OsString, OsString)> =
@@ -608,25 +642,18 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
         patched_env.push(("FUSEPROF_PATCH".into(), "1".into()));
         patched_env.push(("FUSEPROF_PATCH_REPORT".into(), report_path.clone().into()));
         patched_env.push(("FUSEPROF_PATCH_APPLY".into(), choice.apply.join(",").into()));
-        // Timed rounds record NVTX only: CUPTI's per-launch cost would otherwise inflate an
-        // eager program's steps (a Swin-T step took half again as long fully traced).
-        let side = |name: &str,
-                    patched: bool,
-                    pytorch: PytorchMode,
-                    light: bool,
-                    capture: Capture|
-         -> Result<PathBuf> {
-            let mut env = if patched {
+        let side_env = |patched: bool| {
+            if patched {
                 patched_env.clone()
             } else {
                 common.clone()
-            };
-            if light {
-                env.push(("FUSEPROF_CUPTI_KINDS".into(), "none".into()));
             }
+        };
+        // The passes with op ranges, traced (not timed).
+        let side = |name: &str, patched: bool, pytorch: PytorchMode, capture: Capture| {
             traced.run(
                 &format!("m{index}-{name}"),
-                env,
+                side_env(patched),
                 pytorch,
                 capture,
                 &format!("{name} side ({})", mode.label()),
@@ -644,30 +671,24 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
             for patched in order {
                 let name = format!("{}-{round}", if patched { "patched" } else { "baseline" });
                 progress.set_message(format!("{}: round {}/{rounds}", mode.label(), round + 1));
-                let mut ms = None;
-                if timing == Timing::StepRanges {
-                    let run = side(&name, patched, PytorchMode::None, true, Capture::All)?;
-                    if let Some((m, name)) = annotated_step_ms(&run)? {
-                        ms = Some(m);
-                        step_name.get_or_insert(name);
-                    }
-                    runs.push(run);
-                }
-                let ms = match ms {
-                    Some(ms) => ms,
-                    None => {
-                        // No step annotation: time this and every later run fully traced.
-                        timing = Timing::Traced;
-                        let run = side(&name, patched, PytorchMode::None, false, Capture::All)?;
-                        let ms = traced_step_ms(&run)?;
-                        runs.push(run);
-                        ms
-                    }
-                };
+                // Timed rounds run without the tracer, whose per-launch cost would inflate an
+                // eager program's steps (host-bound Swin-S: 15 ms a step plain, 20 to 28 ms
+                // under `collect` with CUDA activity off); the step clock times them.
+                let prefix = steps_prefix(&dir, &format!("m{index}-{name}"));
+                let mut env = side_env(patched);
+                env.push(("FUSEPROF_STEPS_REPORT".into(), prefix.clone().into()));
+                traced.run_plain(env, &format!("{name} side ({})", mode.label()))?;
+                let steps = crate::steps::find_in_files(&prefix).map_err(|why| {
+                    Error::Bench(format!(
+                        "the {} side ({}): {why}",
+                        if patched { "patched" } else { "baseline" },
+                        mode.label()
+                    ))
+                })?;
                 if patched {
-                    patched_ms.push(ms);
+                    patched_ms.push(steps);
                 } else {
-                    base_ms.push(ms);
+                    base_ms.push(steps);
                 }
                 progress.inc(1);
             }
@@ -677,14 +698,8 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
             // host time, so these runs are not timed).
             progress.set_message(format!("{}: the passes with op ranges", mode.label()));
             let capture = ops_capture(step_name.as_deref());
-            let base_ops = side(
-                "baseline-ops",
-                false,
-                PytorchMode::Ops,
-                false,
-                capture.clone(),
-            )?;
-            let patched_ops = side("patched-ops", true, PytorchMode::Ops, false, capture)?;
+            let base_ops = side("baseline-ops", false, PytorchMode::Ops, capture.clone())?;
+            let patched_ops = side("patched-ops", true, PytorchMode::Ops, capture)?;
             let analysis = |p: &Path| fuseprof_analyzer::analyze_file(p, &AnalyzeConfig::default());
             diff = Some(fuseprof_analyzer::diff(
                 &analysis(&base_ops)?,
@@ -698,11 +713,16 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
         let (numerics_passed, numerics_problem) = verdict(&patch);
         let baseline = Side::new(base_ms);
         let patched = Side::new(patched_ms);
+        let speedup = baseline.median_ms / patched.median_ms;
+        let period_speedup = baseline.period_median_ms / patched.period_median_ms;
         results.push(ModeResult {
             patched_modules: patch["modules"].as_object().map_or(0, |m| m.len()),
             label: mode.label(),
             mode: mode.clone(),
-            speedup: baseline.median_ms / patched.median_ms,
+            refused: refusal(&baseline, &patched),
+            uneven: uneven(period_speedup, speedup),
+            speedup,
+            period_speedup,
             baseline,
             patched,
             numerics_passed,
@@ -715,7 +735,6 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
     let failed = results.iter().find(|r| !r.numerics_passed);
     let report = ModelBenchReport {
         command: command_text,
-        timing,
         summary: summarize(&results),
         choice,
         numerics_passed: failed.is_none(),
@@ -736,12 +755,50 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
     Ok(report)
 }
 
-/// The fastest patched mode against the eager baseline and the fastest compiled baseline.
+/// Why a speed-up is not reported: in some round the two sides' timed loops hold a different
+/// number or kind of steps, so their wall times do not time the same work.
+pub fn refusal(baseline: &Side, patched: &Side) -> Option<String> {
+    let loops = |s: &Side| -> Vec<(usize, String)> {
+        s.steps
+            .iter()
+            .map(|x| (x.loop_steps, x.what.clone()))
+            .collect()
+    };
+    let (b, p) = (loops(baseline), loops(patched));
+    let first_differing = b.iter().zip(&p).find(|(x, y)| x != y);
+    first_differing.map(|((bn, bw), (pn, pw))| {
+        format!(
+            "the timed loops differ (baseline: {bn} {bw}; patched: {pn} {pw}), so their times \
+             do not measure the same work"
+        )
+    })
+}
+
+/// The note for steps of uneven length: the median periods' speed-up lies more than
+/// [`WALL_AGREEMENT`] from the wall times' (which is the one reported).
+pub fn uneven(period: f64, wall: f64) -> Option<String> {
+    let apart = (period / wall - 1.0).abs();
+    (apart.is_nan() || apart > WALL_AGREEMENT).then(|| {
+        format!(
+            "steps of uneven length: the median step periods give {period:.2}x, the timed \
+             loops' wall times {wall:.2}x ({:.0}% apart); the wall times' is the one reported",
+            apart * 100.0
+        )
+    })
+}
+
+/// The fastest patched mode against the eager baseline and the fastest compiled baseline; a
+/// mode whose speed-up was refused counts only when every mode's was.
 pub fn summarize(results: &[ModeResult]) -> Summary {
-    let fastest = results
-        .iter()
-        .min_by(|a, b| a.patched.median_ms.total_cmp(&b.patched.median_ms))
-        .expect("at least one mode");
+    let agreed: Vec<&ModeResult> = results.iter().filter(|r| r.refused.is_none()).collect();
+    let fastest = if agreed.is_empty() {
+        results.iter().collect()
+    } else {
+        agreed
+    }
+    .into_iter()
+    .min_by(|a, b| a.patched.median_ms.total_cmp(&b.patched.median_ms))
+    .expect("at least one mode");
     let eager = results
         .iter()
         .find(|r| r.mode.compile.is_none() && !r.mode.cuda_graphs)
@@ -813,15 +870,22 @@ pub fn verdict(patch: &serde_json::Value) -> (bool, Option<String>) {
     }
 }
 
-fn render_choice(o: &mut String, c: &Choice) {
+/// How the patterns were chosen; `replaced` says whether the patch layer replaced any module
+/// with them (a chosen pattern that found nothing to replace is not "applied").
+fn render_choice(o: &mut String, c: &Choice, replaced: bool) {
     use std::fmt::Write;
+    let applied = if replaced {
+        "applied"
+    } else {
+        "chosen, but no module was replaced (see `left alone`)"
+    };
     if c.named {
-        let _ = writeln!(o, "applied (named with --apply): {}", c.apply.join(", "));
+        let _ = writeln!(o, "{applied} (named with --apply): {}", c.apply.join(", "));
         return;
     }
     let _ = writeln!(
         o,
-        "applied: advise's {} proposals on the baseline, measured by bench on their recorded \
+        "{applied}: advise's {} proposals on the baseline, measured by bench on their recorded \
          shapes; a pattern goes in when its chains ran faster in total, every one within tolerance",
         c.advised.len()
     );
@@ -833,7 +897,8 @@ fn render_choice(o: &mut String, c: &Choice) {
             p.proposals,
             -p.measured_saving_us_per_step,
             match &p.why_not {
-                None => "applied".to_string(),
+                None if replaced => "applied".to_string(),
+                None => "chosen".to_string(),
                 Some(why) => format!("left out: {why}"),
             }
         );
@@ -862,29 +927,54 @@ pub fn render(r: &ModelBenchReport, top: usize) -> String {
     let rounds = r.modes.first().map_or(0, |m| m.baseline.rounds_ms.len());
     let _ = writeln!(
         o,
-        "fuseprof bench -- {}  ({rounds} rounds per mode, sides interleaved, each under fuseprof \
-         collect, {})",
+        "fuseprof bench -- {}  ({rounds} rounds per mode, sides interleaved, each in its own \
+         process without the tracer, timed by fuseprof's step clock in the program)",
         r.command,
-        match r.timing {
-            Timing::StepRanges => "timed by the program's step ranges with CUDA tracing off",
-            Timing::Traced => "timed fully traced: the program has no step ranges",
-        }
     );
-    let _ = writeln!(
-        o,
-        "{:<34} {:>12} {:>18} {:>12} {:>18} {:>9}",
-        "both sides run", "baseline ms", "rounds", "patched ms", "rounds", "speed-up"
-    );
-    for m in &r.modes {
+    if let Some(s) = r.modes.first().and_then(|m| m.baseline.steps.first()) {
         let _ = writeln!(
             o,
-            "{:<34} {:>12.3} {:>18} {:>12.3} {:>18} {:>8.2}x{}",
+            "steps: {} ({} a run, no annotation needed); the timed loop: {} steps {}; ms per \
+             step: the timed loop's wall time on the program's clock over its steps (the median \
+             step period beside it, on the clock that bounds it: {})",
+            s.what,
+            s.count,
+            s.loop_steps,
+            s.loop_bounds,
+            match s.clock {
+                crate::steps::Clock::Gpu => "the GPU's: the host launches ahead",
+                crate::steps::Clock::Host => "the host's: the GPU waits for launches",
+            }
+        );
+    }
+    let _ = writeln!(
+        o,
+        "{:<34} {:>12} {:>10} {:>17} {:>12} {:>10} {:>17} {:>9}",
+        "both sides run",
+        "baseline ms",
+        "median",
+        "rounds",
+        "patched ms",
+        "median",
+        "rounds",
+        "speed-up"
+    );
+    for m in &r.modes {
+        let speedup = match &m.refused {
+            Some(_) => "refused".to_string(),
+            None => format!("{:.2}x", m.speedup),
+        };
+        let _ = writeln!(
+            o,
+            "{:<34} {:>12.3} {:>10.3} {:>17} {:>12.3} {:>10.3} {:>17} {:>9}{}",
             m.label,
             m.baseline.median_ms,
+            m.baseline.period_median_ms,
             format!("{:.3}-{:.3}", m.baseline.min_ms, m.baseline.max_ms),
             m.patched.median_ms,
+            m.patched.period_median_ms,
             format!("{:.3}-{:.3}", m.patched.min_ms, m.patched.max_ms),
-            m.speedup,
+            speedup,
             if m.patched_modules == 0 {
                 "  nothing patched"
             } else if m.numerics_passed {
@@ -893,6 +983,14 @@ pub fn render(r: &ModelBenchReport, top: usize) -> String {
                 "  numerics FAILED"
             }
         );
+    }
+    for m in &r.modes {
+        if let Some(why) = &m.refused {
+            let _ = writeln!(o, "{}: speed-up not reported: {why}", m.label);
+        }
+        if let Some(note) = &m.uneven {
+            let _ = writeln!(o, "{}: {note}", m.label);
+        }
     }
     let s = &r.summary;
     let _ = write!(
@@ -953,7 +1051,7 @@ pub fn render(r: &ModelBenchReport, top: usize) -> String {
             }
         );
     }
-    render_choice(&mut o, &r.choice);
+    render_choice(&mut o, &r.choice, modules.is_some_and(|m| !m.is_empty()));
     if let Some(patterns) = r.patch["patched"].as_object() {
         let list = patterns.keys().cloned().collect::<Vec<_>>().join(", ");
         let _ = writeln!(o, "patched: {list}");
@@ -1053,8 +1151,13 @@ mod tests {
                 reason: "a mask the fMHA does not take".into(),
             }],
         };
+        // Chosen patterns that replaced no module are not called applied.
         let mut o = String::new();
-        render_choice(&mut o, &c);
+        render_choice(&mut o, &c, false);
+        assert!(o.starts_with("chosen, but no module was replaced"), "{o}");
+        assert!(!o.contains("applied"), "{o}");
+        let mut o = String::new();
+        render_choice(&mut o, &c, true);
         assert!(
             o.contains(
                 "window_attention    7 proposal(s), measured   -3316.6 us per step  applied"
@@ -1068,7 +1171,7 @@ mod tests {
         );
         let named = Choice { named: true, ..c };
         let mut o = String::new();
-        render_choice(&mut o, &named);
+        render_choice(&mut o, &named, true);
         assert_eq!(o, "applied (named with --apply): window_attention\n");
     }
 
@@ -1107,14 +1210,32 @@ mod tests {
         assert!(Mode::parse("graph").is_err());
     }
 
+    /// One round's steps: `step_ms` a step, and a timed loop of 10 steps `wall_ms` long.
+    fn steps(step_ms: f64, wall_ms: f64) -> crate::steps::Steps {
+        crate::steps::Steps {
+            what: "calls of Net".into(),
+            count: 12,
+            step_ms,
+            clock: crate::steps::Clock::Gpu,
+            gpu_step_ms: Some(step_ms),
+            host_step_ms: step_ms / 2.0,
+            loop_steps: 10,
+            loop_wall_ms: wall_ms,
+            loop_bounds: "between two synchronizes".into(),
+        }
+    }
+
     fn result(mode: &str, base: f64, patched: f64) -> ModeResult {
         let mode = Mode::parse(mode).unwrap();
         ModeResult {
             label: mode.label(),
             mode,
-            baseline: Side::new(vec![base]),
-            patched: Side::new(vec![patched]),
+            baseline: Side::new(vec![steps(base, 10.0 * base)]),
+            patched: Side::new(vec![steps(patched, 10.0 * patched)]),
             speedup: base / patched,
+            period_speedup: base / patched,
+            refused: None,
+            uneven: None,
             patched_modules: 1,
             numerics_passed: true,
             numerics_problem: None,
@@ -1153,10 +1274,36 @@ mod tests {
 
     #[test]
     fn a_side_reports_the_median_and_spread_of_its_rounds() {
-        let s = Side::new(vec![10.2, 10.0, 10.4]);
+        let side = |ms: &[f64]| Side::new(ms.iter().map(|&m| steps(m, 10.0 * m)).collect());
+        let s = side(&[10.2, 10.0, 10.4]);
         assert_eq!((s.median_ms, s.min_ms, s.max_ms), (10.2, 10.0, 10.4));
-        let two = Side::new(vec![3.3, 3.1]);
+        assert!((s.period_median_ms - 10.2).abs() < 1e-12, "{s:?}");
+        let two = side(&[3.3, 3.1]);
         assert!((two.median_ms - 3.2).abs() < 1e-12, "{two:?}");
-        assert_eq!(Side::new(vec![5.0]).median_ms, 5.0);
+        assert_eq!(side(&[5.0]).median_ms, 5.0);
+    }
+
+    /// Speed-ups come from the timed loops' wall times; uneven steps are said, and sides whose
+    /// loops time different work are refused and left out of the summary.
+    #[test]
+    fn speedups_come_from_the_wall_times_and_loops_must_match() {
+        assert_eq!(uneven(2.69, 2.60), None);
+        let note = uneven(4.56, 3.88).unwrap();
+        assert!(note.contains("4.56x") && note.contains("3.88x"), "{note}");
+        assert!(uneven(f64::NAN, 1.0).is_some());
+        let r = result("graphs", 7.97, 2.93);
+        assert_eq!(refusal(&r.baseline, &r.patched), None);
+        let mut other = steps(2.93, 30.0);
+        other.loop_steps = 3;
+        let shorter = Side::new(vec![other]);
+        let why = refusal(&r.baseline, &shorter).unwrap();
+        assert!(
+            why.contains("10 calls of Net") && why.contains("3 calls of Net"),
+            "{why}"
+        );
+        let mut graphs = result("graphs", 7.97, 0.1);
+        graphs.refused = Some(why);
+        let s = summarize(&[result("eager", 7.97, 4.0), graphs]);
+        assert_eq!(s.fastest_patched, "eager");
     }
 }

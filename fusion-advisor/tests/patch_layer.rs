@@ -39,3 +39,60 @@ fn patch_layer_on_cpu() {
     assert!(log.contains("Ran 22 tests"), "a test went missing:\n{log}");
     assert!(!log.contains("skipped"), "{log}");
 }
+
+/// Runs `script` with the step clock on (the patch folder's sitecustomize, as `bench` sets it
+/// up) and returns the steps fuseprof finds in what it wrote.
+fn steps_of(script: &str) -> fuseprof_fusion_advisor::steps::Steps {
+    let dir = tempfile::tempdir().unwrap();
+    let patch = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("python/patch");
+    let prefix = dir.path().join("steps.json");
+    let out = Command::new(python())
+        .args(["-c", script])
+        .env("PYTHONPATH", &patch)
+        .env("FUSEPROF_STEPS_REPORT", &prefix)
+        .env("PYTHONWARNINGS", "ignore")
+        .output()
+        .expect("run python");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    fuseprof_fusion_advisor::steps::find_in_files(&prefix).unwrap()
+}
+
+const MODEL: &str = "import torch, time\n\
+    net = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 8))\n\
+    x = torch.randn(64, 64)\n";
+
+/// The step clock in a real PyTorch process (on the CPU, so only the host's clock): an
+/// inference loop with no annotation is timed by its forwards, a step that calls two models in
+/// turn by their group, and a training loop by its optimizer steps, whatever its module calls.
+#[test]
+fn the_step_clock_finds_steps_without_annotation_on_cpu() {
+    let s = steps_of(&format!(
+        "{MODEL}with torch.no_grad():\n    for _ in range(15):\n        net(x)\n        time.sleep(0.004)\n"
+    ));
+    assert_eq!(
+        (s.what.as_str(), s.count),
+        ("calls of Sequential", 15),
+        "{s:?}"
+    );
+    assert_eq!(s.clock, fuseprof_fusion_advisor::steps::Clock::Host);
+    // Each step sleeps 4 ms; how much longer it takes depends on the machine's load.
+    assert!(s.step_ms >= 4.0 && s.wall_per_step_ms() >= 4.0, "{s:?}");
+
+    let s = steps_of(&format!(
+        "{MODEL}head = torch.nn.Linear(8, 2)\nwith torch.no_grad():\n    for _ in range(10):\n        \
+         head(net(x))\n        time.sleep(0.002)\n"
+    ));
+    assert_eq!(s.what, "groups of calls of Sequential, Linear", "{s:?}");
+    assert_eq!(s.count, 10);
+
+    let s = steps_of(&format!(
+        "{MODEL}y = torch.randint(0, 8, (64,))\nloss = torch.nn.CrossEntropyLoss()\n\
+         opt = torch.optim.AdamW(net.parameters())\nfor _ in range(9):\n    opt.zero_grad()\n    \
+         loss(net(x), y).backward()\n    opt.step()\n"
+    ));
+    assert_eq!((s.what.as_str(), s.count), ("optimizer steps", 8), "{s:?}");
+}

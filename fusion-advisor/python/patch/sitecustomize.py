@@ -1,7 +1,8 @@
 """fuseprof's patch hook, put on PYTHONPATH by `fuseprof bench -- CMD` (behind `collect`'s own
 hook, which runs this one in turn). When timm or transformers is imported, fuseprof_patch
 patches it: the kernels swapped in (FUSEPROF_PATCH=1), and models named, checked and compiled or
-graphed as asked (fuseprof_patch's docstring). Nothing is imported before timm or transformers
+graphed as asked (fuseprof_patch's docstring). When torch is imported and FUSEPROF_STEPS_REPORT
+is set, fuseprof_steps starts the step clock. Nothing is imported before the module it patches
 is; any sitecustomize that was on the path before this one still runs.
 """
 import os
@@ -33,7 +34,13 @@ def _chain_previous_sitecustomize():
 PATCHERS = {"timm": "_patch_timm", "transformers": "_patch_transformers"}
 
 
-def _arm():
+def _install_steps(_torch):
+    import fuseprof_steps
+
+    fuseprof_steps.install()
+
+
+def _arm(patchers):
     import importlib.abc
     import importlib.util
 
@@ -41,7 +48,7 @@ def _arm():
         done = set()
 
         def find_spec(self, fullname, path, target=None):
-            if fullname not in PATCHERS or fullname in self.done:
+            if fullname not in patchers or fullname in self.done:
                 return None
             self.done.add(fullname)
             sys.meta_path.remove(self)
@@ -56,9 +63,7 @@ def _arm():
             def run(module):
                 exec_module(module)
                 try:
-                    import fuseprof_patch
-
-                    getattr(fuseprof_patch, PATCHERS[fullname])(module)
+                    patchers[fullname](module)
                 except Exception as e:  # noqa: BLE001 - the program runs unpatched, and says so
                     sys.stderr.write("fuseprof: the patch layer failed to load: %r\n" % (e,))
 
@@ -68,6 +73,23 @@ def _arm():
     sys.meta_path.insert(0, Finder())
 
 
+def _patcher(name):
+    def patch(module):
+        import fuseprof_patch
+
+        getattr(fuseprof_patch, name)(module)
+
+    return patch
+
+
 _chain_previous_sitecustomize()
+_patchers = {}
 if any(os.environ.get(v) for v in ("FUSEPROF_PATCH", "FUSEPROF_COMPILE", "FUSEPROF_CUDA_GRAPHS")):
-    _arm()
+    _patchers.update({name: _patcher(fn) for name, fn in PATCHERS.items()})
+if os.environ.get("FUSEPROF_STEPS_REPORT"):
+    if "torch" in sys.modules:  # a hook before this one imported it
+        _install_steps(sys.modules["torch"])
+    else:
+        _patchers["torch"] = _install_steps
+if _patchers:
+    _arm(_patchers)

@@ -1,0 +1,147 @@
+"""fuseprof's step clock, loaded into the program under `fuseprof bench -- CMD` on both sides
+(the sitecustomize beside it installs it when torch is imported and FUSEPROF_STEPS_REPORT is
+set). It never changes what the program computes.
+
+A step is what the program repeats, and fuseprof (not this file) decides which from what is
+recorded here:
+  - every optimizer step (torch.optim's global step hook): the end of one training step;
+  - every outermost nn.Module call (a call made while no other module call is running): a
+    forward, or one of the models a step calls in turn;
+  - every return from torch.cuda.synchronize: the points where the program's own clock can
+    read the GPU's progress.
+Each outermost call and each optimizer step records the host clock (time.perf_counter_ns) and a
+CUDA event on the current stream, so that the time a step takes on the GPU is known whether or
+not the loop synchronizes (the host runs ahead of an unsynchronized loop, and its launch times
+say nothing of the model's speed). At exit the GPU is synchronized once and every event is put
+on the host clock through one last event, recorded when the GPU is idle.
+
+FUSEPROF_STEPS_REPORT names the JSON file written at exit (version 1): "models" (class names),
+"calls" ([model, host_start_ns, host_end_ns, gpu_start_ns, gpu_end_ns]), "optimizer_steps"
+([host_ns, gpu_ns]), "syncs" (host ns) and "exit_sync_ns", all on the host clock; a GPU time is
+null where no event was recorded (CPU work, CUDA not started, graph capture).
+"""
+import atexit
+import json
+import os
+import time
+
+import torch
+
+# Past this many anchors no more events are recorded (the times stay).
+MAX_EVENTS = 50_000
+
+_state = {"depth": 0, "events": 0}
+_models = []
+_model_index = {}
+_calls = []
+_optimizer_steps = []
+_syncs = []
+_installed = False
+
+
+def _event():
+    """A CUDA event recorded now on the current stream, or None where none can be."""
+    if _state["events"] >= MAX_EVENTS or not torch.cuda.is_initialized():
+        return None
+    try:
+        if torch.cuda.is_current_stream_capturing():
+            return None
+        e = torch.cuda.Event(enable_timing=True)
+        e.record()
+        _state["events"] += 1
+        return e
+    except Exception:  # noqa: BLE001 - a clock must never stop the program
+        return None
+
+
+def _model_of(module):
+    key = id(module)
+    i = _model_index.get(key)
+    if i is None:
+        i = _model_index[key] = len(_models)
+        _models.append(type(module).__name__)
+    return i
+
+
+def install():
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    original_call = torch.nn.Module.__call__
+
+    def __call__(self, *args, **kwargs):
+        if _state["depth"] or torch.compiler.is_compiling():
+            return original_call(self, *args, **kwargs)
+        _state["depth"] = 1
+        try:
+            row = [_model_of(self), time.perf_counter_ns(), None, _event(), None]
+            try:
+                return original_call(self, *args, **kwargs)
+            finally:
+                row[4] = _event()
+                row[2] = time.perf_counter_ns()
+                _calls.append(row)
+        finally:
+            _state["depth"] = 0
+
+    torch.nn.Module.__call__ = __call__
+
+    def after_step(_optimizer, _args, _kwargs):
+        _optimizer_steps.append([time.perf_counter_ns(), _event()])
+
+    try:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        register_optimizer_step_post_hook(after_step)
+    except Exception:  # noqa: BLE001 - an older torch: steps are the model calls
+        pass
+
+    original_sync = torch.cuda.synchronize
+
+    def synchronize(*args, **kwargs):
+        out = original_sync(*args, **kwargs)
+        _syncs.append(time.perf_counter_ns())
+        return out
+
+    torch.cuda.synchronize = synchronize
+    atexit.register(_write)
+
+
+def _write():
+    path = os.environ.get("FUSEPROF_STEPS_REPORT")
+    if not path:
+        return
+    exit_sync = None
+    to_host = lambda e: None  # noqa: E731
+    try:
+        if torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+            last = torch.cuda.Event(enable_timing=True)
+            last.record()
+            last.synchronize()
+            exit_sync = time.perf_counter_ns()
+
+            def to_host(e):
+                if e is None:
+                    return None
+                try:
+                    return exit_sync - int(round(e.elapsed_time(last) * 1e6))
+                except Exception:  # noqa: BLE001 - an event that never ran
+                    return None
+    except Exception:  # noqa: BLE001
+        pass
+    report = {
+        "version": 1,
+        "models": _models,
+        "calls": [[m, hs, he, to_host(gs), to_host(ge)] for m, hs, he, gs, ge in _calls],
+        "optimizer_steps": [[h, to_host(g)] for h, g in _optimizer_steps],
+        "syncs": _syncs,
+        "exit_sync_ns": exit_sync,
+        "pid": os.getpid(),
+    }
+    # One file per process (a program may start others: DataLoader workers, torchrun ranks).
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(report, f)
+    os.replace(tmp, f"{path}.{os.getpid()}")
