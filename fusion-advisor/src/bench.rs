@@ -106,8 +106,12 @@ struct DriverOutput {
 pub struct BenchRow {
     pub proposal: Proposal,
     pub measured: Measured,
-    /// Measured saving per step (eager chain - ours, times instances per step).
+    /// Measured saving per step (eager chain - ours, times instances per step; see
+    /// [`crate::measured_saving`]).
     pub measured_saving_ns_per_step: f64,
+    /// Where the replayed and the recorded eager chain disagree: both, and which one the saving
+    /// uses.
+    pub saving_note: Option<String>,
     /// (measured - expected) / expected saving, percent.
     pub saving_error_pct: f64,
 }
@@ -300,11 +304,13 @@ pub fn bench_advice(run: &Path, advice: &Advice, cfg: &BenchConfig) -> Result<Be
             measured_unix_ns: now,
             detail: Some(r.detail.to_string()),
         };
-        let measured_saving = (measured.baseline_ns - measured.ours_ns) * p.instances_per_step;
+        let saving = crate::measured_saving(p, &measured);
+        let measured_saving = saving.ns_per_step;
         rows.push(BenchRow {
             saving_error_pct: (measured_saving - p.saving_ns_per_step) * 100.0
                 / p.saving_ns_per_step,
             measured_saving_ns_per_step: measured_saving,
+            saving_note: saving.note,
             proposal: (*p).clone(),
             measured,
         });
@@ -394,6 +400,11 @@ pub fn render_report(r: &BenchReport) -> String {
             m.max_rel_error.map_or("-".into(), |e| format!("{e:.1e}")),
             m.status.to_uppercase()
         );
+    }
+    for row in &r.rows {
+        if let Some(note) = &row.saving_note {
+            let _ = writeln!(o, "  {}: {note}", row.proposal.id);
+        }
     }
     let passed: Vec<&BenchRow> = r
         .rows

@@ -344,6 +344,58 @@ pub fn advise_file(path: &Path, cfg: &AdviseConfig) -> Result<Advice> {
     Ok(advice)
 }
 
+/// How far the replayed eager chain may lie from the recorded one (per call) before the saving
+/// is said to rest on the smaller of the two.
+pub const REPLAY_AGREEMENT: f64 = 0.25;
+
+/// A proposal's measured saving, and what it rests on.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MeasuredSaving {
+    /// (eager chain - ours) x instances per step, never more than the chain's recorded time.
+    pub ns_per_step: f64,
+    /// The eager chain's time per call the saving uses.
+    pub eager_ns: f64,
+    /// Where the replayed and the recorded chain differ by more than [`REPLAY_AGREEMENT`]:
+    /// both, and which one the saving uses.
+    pub note: Option<String>,
+}
+
+/// The saving `m` measured for `p`: the replayed eager chain against the bundled kernel, per
+/// call, times the calls per step. Where the replay and the recording of the same chain differ
+/// by more than [`REPLAY_AGREEMENT`] (the replay can run ops that the recording gives to another
+/// proposal, as the LayerNorm the window reverse and the MLP both name), the smaller one is
+/// used and the note says so; a saving is never more than the time the chain takes now.
+pub fn measured_saving(p: &Proposal, m: &Measured) -> MeasuredSaving {
+    let recorded = p.current_ns_per_step / p.instances_per_step.max(f64::MIN_POSITIVE);
+    let replayed = m.baseline_ns;
+    let apart = (replayed - recorded) / recorded;
+    let (eager_ns, note) = if recorded > 0.0 && apart.abs() > REPLAY_AGREEMENT {
+        let used = replayed.min(recorded);
+        (
+            used,
+            Some(format!(
+                "the replayed eager chain took {:.1} us a call, the recorded one {:.1} us \
+                 ({:+.0}%); the saving uses the {} one",
+                replayed / 1e3,
+                recorded / 1e3,
+                apart * 100.0,
+                if used == recorded {
+                    "recorded"
+                } else {
+                    "replayed"
+                }
+            )),
+        )
+    } else {
+        (replayed, None)
+    };
+    MeasuredSaving {
+        ns_per_step: ((eager_ns - m.ours_ns) * p.instances_per_step).min(p.current_ns_per_step),
+        eager_ns,
+        note,
+    }
+}
+
 /// Fills each proposal's `measured` from `bench` results (by id, for the same shape).
 pub fn attach_measured(advice: &mut Advice, results: &[Measured]) {
     let mut total = 0.0;
@@ -356,7 +408,7 @@ pub fn attach_measured(advice: &mut Advice, results: &[Measured]) {
         if let Some(m) = &p.measured {
             if m.status == "passed" {
                 any = true;
-                total += (m.baseline_ns - m.ours_ns) * p.instances_per_step;
+                total += measured_saving(p, m).ns_per_step;
             }
         }
     }

@@ -758,6 +758,7 @@ fn measured(
             detail: None,
         },
         measured_saving_ns_per_step: (eager - ours) * 1e3 * p.instances_per_step,
+        saving_note: None,
         saving_error_pct: 0.0,
     }
 }
@@ -871,4 +872,55 @@ fn the_default_applies_each_pattern_whose_proposals_measured_faster_and_within_t
             "{x:?}"
         );
     }
+}
+
+/// A measured saving is never more than the chain's recorded time, and where the replayed eager
+/// chain and the recorded one disagree by more than a quarter the saving uses the smaller and
+/// says so (the MLP's replay runs the LayerNorm the recording gives to the window reverse).
+#[test]
+fn measured_savings_are_bounded_by_the_chain_and_say_what_they_use() {
+    use fuseprof_fusion_advisor::{measured_saving, REPLAY_AGREEMENT};
+    let swin = store_for("recordings/swin_t_infer_modules.sqlite.gz");
+    let cfg = AdviseConfig {
+        unprofitable: true,
+        ..AdviseConfig::default()
+    };
+    let a = advise_file(&swin, &cfg).unwrap();
+    let p = a
+        .proposals
+        .iter()
+        .find(|p| p.pattern == "mlp")
+        .or_else(|| a.proposals.first())
+        .unwrap();
+    let recorded_us = p.current_ns_per_step / p.instances_per_step / 1e3;
+    // The replay agrees with the recording: the saving is the replay's.
+    let agree = measured(p, recorded_us * 0.5, recorded_us * 1.1, "passed");
+    let s = measured_saving(p, &agree.measured);
+    assert!(s.note.is_none(), "{s:?}");
+    assert!((s.eager_ns - recorded_us * 1.1e3).abs() < 1e-6);
+    // The replay runs more than the recording holds (as the MLP's 498 us against 268): the
+    // recorded time is used, and the saving cannot exceed the chain's time.
+    let more = measured(p, 0.0, recorded_us * (2.0 + REPLAY_AGREEMENT), "passed");
+    let s = measured_saving(p, &more.measured);
+    assert!(
+        s.note.as_deref().unwrap().contains("uses the recorded one"),
+        "{s:?}"
+    );
+    assert!(s.ns_per_step <= p.current_ns_per_step + 1e-6, "{s:?}");
+    assert!(
+        (s.ns_per_step - p.current_ns_per_step).abs() < 1e-3,
+        "{s:?}"
+    );
+    // The replay runs faster than the recording (a warm cache): the replay is used.
+    let less = measured(p, recorded_us * 0.1, recorded_us * 0.5, "passed");
+    let s = measured_saving(p, &less.measured);
+    assert!(
+        s.note.as_deref().unwrap().contains("uses the replayed one"),
+        "{s:?}"
+    );
+    // The advice's total is the sum of these savings.
+    let mut advice = a.clone();
+    fuseprof_fusion_advisor::attach_measured(&mut advice, std::slice::from_ref(&more.measured));
+    let total = advice.totals.measured_saving_ns_per_step.unwrap();
+    assert!((total - p.current_ns_per_step).abs() < 1e-3, "{total}");
 }

@@ -735,11 +735,14 @@ fn draw_advisor(f: &mut Frame, app: &mut App, area: Rect) {
     let first = app.advisor_row.saturating_sub(rows.saturating_sub(1));
     for (i, p) in advice.proposals.iter().enumerate().skip(first).take(rows) {
         let measured = match &p.measured {
-            Some(m) if m.status == "passed" => format!(
-                "{} ({:.2}x)",
-                dur(((m.baseline_ns - m.ours_ns) * p.instances_per_step) as i64),
-                m.baseline_ns / m.ours_ns
-            ),
+            Some(m) if m.status == "passed" => {
+                let saving = fuseprof_fusion_advisor::measured_saving(p, m);
+                format!(
+                    "{} ({:.2}x)",
+                    dur(saving.ns_per_step as i64),
+                    saving.eager_ns / m.ours_ns
+                )
+            }
             Some(m) => m.status.to_uppercase(),
             None => "-".into(),
         };

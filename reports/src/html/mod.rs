@@ -600,7 +600,7 @@ fn advice_section(h: &mut String, d: &ReportData) {
             for p in &adv.proposals {
                 let measured = p.measured.as_ref().map(|m| {
                     if m.status == "passed" {
-                        let s = (m.baseline_ns - m.ours_ns) * p.instances_per_step;
+                        let s = fuseprof_fusion_advisor::measured_saving(p, m).ns_per_step;
                         (us(s), s)
                     } else {
                         (m.status.clone(), f64::NAN)
