@@ -161,7 +161,8 @@ pub fn render_text(a: &Analysis, cfg: &AnalyzeConfig) -> String {
         (StepSource::None, _) | (_, None) => {
             let _ = writeln!(
                 o,
-                "Steps: none found (no step annotation, no periodic op sequence)"
+                "Steps: none found (no step annotation, no model call or optimizer step, no \
+                 periodic op sequence)"
             );
         }
         (source, Some(g)) => {
@@ -169,6 +170,7 @@ pub fn render_text(a: &Analysis, cfg: &AnalyzeConfig) -> String {
                 StepSource::Annotation => {
                     format!("annotation {}", s.name.as_deref().unwrap_or("?"))
                 }
+                StepSource::Calls => s.name.clone().unwrap_or_default(),
                 _ => format!(
                     "period of {} top-level ops",
                     s.period_ops.unwrap_or_default()

@@ -1,10 +1,12 @@
-//! The repeating unit of a run: a step annotation (ProfilerStep#N, NVTX `step`, ...), or failing
-//! that the period of the top-level op sequence on the busiest launching thread.
+//! The repeating unit of a run: a step annotation (ProfilerStep#N, NVTX `step`, ...); failing
+//! that what the program repeats as a PyTorch program sees it: its optimizer steps, else its
+//! outermost model calls (the `nn.Module` ranges of `--pytorch modules`); failing that the
+//! period of the top-level op sequence on the busiest launching thread.
 
 use serde::{Deserialize, Serialize};
 
 use crate::attribution::Item;
-use crate::ops::{Names, Tree, NONE};
+use crate::ops::{Names, Role, Tree, NONE};
 
 /// Where the steps came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -12,6 +14,8 @@ use crate::ops::{Names, Tree, NONE};
 pub enum StepSource {
     /// Ranges named as steps (ProfilerStep#N, `step`, `iteration`, ...).
     Annotation,
+    /// Optimizer steps (`Optimizer.step#...` ranges), else the outermost `nn.Module` calls.
+    Calls,
     /// The period of the top-level op sequence.
     Period,
     /// No repeating unit was found.
@@ -52,6 +56,9 @@ pub(crate) fn find_in(
     if let Some(f) = from_annotations(tree, names, keep) {
         return f;
     }
+    if let Some(f) = from_calls(tree, names, items, keep) {
+        return f;
+    }
     if let Some(f) = from_period(tree, items, keep) {
         return f;
     }
@@ -89,6 +96,144 @@ fn from_annotations(tree: &Tree, names: &Names, keep: &dyn Fn(u32) -> bool) -> O
         name: Some(names.get(name).to_string()),
         period_ops: None,
         windows: kept,
+    })
+}
+
+/// Steps from what a PyTorch program repeats: each optimizer step (a training step runs from
+/// the end of one to the end of the next, the first from the first model call before it, so
+/// module ranges are needed), else
+/// each group of outermost `nn.Module` calls that starts with the same model (of the models
+/// called as often as any in the second half of the run, the one that takes the most time: a
+/// model and its loss, or an encoder and a head, make one step). Of the threads that launch GPU
+/// work, the one with the most such calls drives the loop.
+fn from_calls(
+    tree: &Tree,
+    names: &Names,
+    items: &[Item],
+    keep: &dyn Fn(u32) -> bool,
+) -> Option<Found> {
+    let mut launches = vec![false; tree.threads.len()];
+    for it in items {
+        if it.owner != NONE {
+            launches[tree.thread_of(it.owner) as usize] = true;
+        }
+    }
+    let outermost_module = |i: usize| {
+        if tree.ranges[i].role() != Role::Module {
+            return false;
+        }
+        let mut p = tree.parent[i];
+        while p != NONE {
+            if tree.ranges[p as usize].role() == Role::Module {
+                return false;
+            }
+            p = tree.parent[p as usize];
+        }
+        true
+    };
+    // (calls, thread, optimizer steps?, the calls' range indexes)
+    let mut best: Option<(usize, bool, Vec<usize>, Vec<usize>)> = None;
+    for (thread, &launched) in launches.iter().enumerate() {
+        if !keep(thread as u32) || (!launched && !items.is_empty()) {
+            continue;
+        }
+        let lo = tree.thread_start[thread] as usize;
+        let hi = tree.thread_start[thread + 1] as usize;
+        let optimizer: Vec<usize> = (lo..hi)
+            .filter(|&i| {
+                names
+                    .get(tree.ranges[i].name)
+                    .starts_with("Optimizer.step#")
+            })
+            .collect();
+        let calls: Vec<usize> = (lo..hi).filter(|&i| outermost_module(i)).collect();
+        let key = if optimizer.len() >= 2 {
+            (true, optimizer.len())
+        } else {
+            (false, calls.len())
+        };
+        if key.1 >= 2
+            && best
+                .as_ref()
+                .is_none_or(|b| (b.1, b.2.len()) < (key.0, key.1))
+        {
+            best = Some((
+                thread,
+                key.0,
+                if key.0 { optimizer } else { calls.clone() },
+                calls,
+            ));
+        }
+    }
+    let (_, by_optimizer, anchors, calls) = best?;
+    let r = |i: usize| &tree.ranges[i];
+    let (name, starts): (String, Vec<i64>) = if by_optimizer {
+        // Each step ends where its optimizer step ends; the first starts at the first model
+        // call before its optimizer step, where there is one.
+        // Without module ranges (`--pytorch modules`) the first step's start is unknown: the
+        // period of the op sequence finds all of them instead.
+        let first = calls
+            .iter()
+            .map(|&i| r(i).start_ns)
+            .find(|&t| t < r(anchors[0]).start_ns)?;
+        let mut starts: Vec<i64> = vec![first];
+        starts.extend(anchors[..anchors.len() - 1].iter().map(|&i| r(i).end_ns));
+        (
+            format!("optimizer steps ({})", names.get(r(anchors[0]).name)),
+            starts,
+        )
+    } else {
+        let half = &anchors[anchors.len() / 2..];
+        let mut by_model: std::collections::HashMap<u32, (usize, i64)> = Default::default();
+        for &i in half {
+            let e = by_model.entry(r(i).name).or_default();
+            e.0 += 1;
+            e.1 += r(i).end_ns.saturating_sub(r(i).start_ns);
+        }
+        let most = by_model.values().map(|v| v.0).max()?;
+        let (&model, _) = by_model
+            .iter()
+            .filter(|(_, v)| v.0 + 1 >= most)
+            .max_by_key(|(&m, v)| (v.1, std::cmp::Reverse(m)))?;
+        let starts: Vec<i64> = anchors
+            .iter()
+            .filter(|&&i| r(i).name == model)
+            .map(|&i| r(i).start_ns)
+            .collect();
+        (format!("calls of {}", names.get(model)), starts)
+    };
+    if starts.len() < 2 {
+        return None;
+    }
+    let mut windows: Vec<Window> = starts
+        .windows(2)
+        .map(|w| Window {
+            start_ns: w[0],
+            end_ns: w[1],
+        })
+        .collect();
+    // The last step: to the end of its optimizer step, or of its group's last model call.
+    let last_start = *starts.last().expect("two starts");
+    let last_end = if by_optimizer {
+        r(*anchors.last().expect("anchors")).end_ns
+    } else {
+        calls
+            .iter()
+            .map(|&i| r(i))
+            .filter(|c| c.start_ns >= last_start)
+            .map(|c| c.end_ns)
+            .max()
+            .unwrap_or(last_start)
+    };
+    windows.push(Window {
+        start_ns: last_start,
+        end_ns: last_end.max(last_start + 1),
+    });
+    Some(Found {
+        source: StepSource::Calls,
+        name: Some(name),
+        period_ops: None,
+        windows,
     })
 }
 

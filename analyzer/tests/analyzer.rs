@@ -1470,3 +1470,41 @@ fn an_observer_sees_every_row_once_in_order() {
         assert_eq!(seen.memops, want.memops, "{rel}: memops");
     }
 }
+
+/// Steps found without annotation in real recordings of scripts that mark none: GPT-2's 24
+/// forwards (one synchronize after the loop), Swin-S's 40 (no synchronize inside the loop), and
+/// ResNet-18's 15 training steps (their optimizer steps, not the model and loss calls); each
+/// step's GPU time steady (the earlier period search found none in the first two).
+#[test]
+fn steps_without_annotation_are_the_model_calls_or_the_optimizer_steps() {
+    for (rec, count, name, cv_max) in [
+        (
+            "recordings/users/hf_gpt2.sqlite.gz",
+            24,
+            "calls of GPT2LMHeadModel",
+            2.0,
+        ),
+        (
+            "recordings/users/timm_swin_s.sqlite.gz",
+            40,
+            "calls of SwinTransformer",
+            2.0,
+        ),
+        (
+            "recordings/users/tv_resnet18_train.sqlite.gz",
+            15,
+            "optimizer steps (Optimizer.step#AdamW.step)",
+            5.0,
+        ),
+    ] {
+        let a = analyze_path(&store_for(rec)).unwrap();
+        let s = &a.steps;
+        assert_eq!(s.source, fuseprof_analyzer::StepSource::Calls, "{rec}");
+        assert_eq!(s.name.as_deref(), Some(name), "{rec}");
+        assert_eq!(s.steps.len(), count, "{rec}");
+        let gpu = s.gpu.as_ref().unwrap();
+        assert!(gpu.cv_pct < cv_max, "{rec}: cv {}", gpu.cv_pct);
+        // Every step holds GPU work, and the steps hold nearly all of the run's.
+        assert!(s.steps.iter().all(|x| x.gpu_ns > 0), "{rec}");
+    }
+}

@@ -6,6 +6,8 @@ FUSEPROF_PYTORCH:
   shapes   the same, with input shapes in the range names (record_shapes=True)
   modules  shapes, plus one range per nn.Module call named "module:<path>:<Class>", e.g.
            "module:layers.0.blocks.1.attn:WindowAttention" (the root is "module::SwinTransformer")
+In `ops` and `shapes` modes each outermost nn.Module call still gets its "module::<Class>"
+range: the model calls `fuseprof analyze` takes as steps when the program marks none.
 
 Op ranges come from fuseprof's own RecordFunction observer (fuseprof_ops.cpp), which pushes
 them straight into the tracer with emit_nvtx's names and costs less; it is compiled with g++
@@ -49,6 +51,35 @@ def _enable(torch, mode):
         _enable_emit_nvtx(torch, record_shapes)
     if mode == "modules":
         _install_module_hooks(torch)
+    else:
+        _install_outermost_module_ranges(torch)
+
+
+def _install_outermost_module_ranges(torch):
+    """One range per outermost nn.Module call, named "module::<Class>" as `modules` mode names
+    a root: what `fuseprof analyze` takes as the step when the program marks none. A call made
+    while another module's runs, or while torch.compile traces, adds nothing."""
+    try:
+        module_class = torch.nn.Module
+        original = module_class.__call__
+        is_compiling = torch.compiler.is_compiling
+    except AttributeError:  # not a torch with nn.Module and torch.compiler
+        return
+    running = [False]
+
+    def __call__(self, *args, **kwargs):
+        if running[0] or is_compiling():
+            return original(self, *args, **kwargs)
+        running[0] = True
+        nvtx = torch.cuda.nvtx
+        nvtx.range_push("module::%s" % type(self).__name__)
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            nvtx.range_pop()
+            running[0] = False
+
+    module_class.__call__ = __call__
 
 
 def _install_observer(torch, record_shapes):

@@ -122,3 +122,44 @@ fn emit_nvtx_can_be_asked_for_under_collect() {
     assert_emit_nvtx_with_shapes(&out);
     assert_eq!(text(&out.stderr), "");
 }
+
+/// With the real torch (the test environment's, on the CPU): in `shapes` mode each outermost
+/// `nn.Module` call gets one `module::<Class>` range, and calls made inside it none.
+#[test]
+fn outermost_module_calls_get_one_range_each() {
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
+    let python = std::env::var_os("FUSEPROF_TEST_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or(venv);
+    assert!(
+        python.exists(),
+        "{} is missing: run `bash .ci/setup` or set FUSEPROF_TEST_PYTHON",
+        python.display()
+    );
+    let script = "import torch\n\
+        pushed = []\n\
+        torch.cuda.nvtx.range_push = lambda name: pushed.append(name)\n\
+        torch.cuda.nvtx.range_pop = lambda: pushed.append('pop')\n\
+        net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())\n\
+        head = torch.nn.Linear(8, 2)\n\
+        with torch.no_grad():\n    for _ in range(3):\n        head(net(torch.randn(4, 8)))\n\
+        print(pushed)\n";
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(python)
+        .args(["-c", script])
+        .env("PYTHONPATH", hook_dir())
+        .env("FUSEPROF_PYTORCH", "shapes")
+        .env("FUSEPROF_CACHE", dir.path().join("cache"))
+        .env_remove("NVTX_INJECTION64_PATH")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let printed = text(&out.stdout);
+    let one = "'module::Sequential', 'pop', 'module::Linear', 'pop'";
+    assert_eq!(
+        printed.trim(),
+        format!("[{one}, {one}, {one}]"),
+        "{}",
+        text(&out.stderr)
+    );
+}
