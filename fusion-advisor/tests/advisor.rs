@@ -924,3 +924,42 @@ fn measured_savings_are_bounded_by_the_chain_and_say_what_they_use() {
     let total = advice.totals.measured_saving_ns_per_step.unwrap();
     assert!((total - p.current_ns_per_step).abs() < 1e-3, "{total}");
 }
+
+/// The window ops found in Swin-T as torchvision and Hugging Face write it, not only as timm
+/// does: Hugging Face's SDPA with the bias and shifted-window mask as one additive term goes to
+/// the window fMHA, its pad-then-roll partition and its reverse on [B, H*W, C] tokens to the
+/// window kernels; torchvision's window attention and its reverse, whose copy is a reshape.
+#[test]
+fn swin_window_ops_are_found_in_torchvision_and_hugging_face_swin() {
+    let kinds = |rec: &str| -> Vec<(String, String)> {
+        let a = advise_file(&store_for(rec), &AdviseConfig::default()).unwrap();
+        a.proposals
+            .iter()
+            .map(|p| (p.pattern.clone(), p.kernel.family().to_string()))
+            .collect()
+    };
+    let hf = kinds("recordings/users/hf_swin_t.sqlite.gz");
+    for want in [
+        ("sdpa", "window_fmha"),
+        ("window_partition", "ln_partition"),
+        ("window_reverse", "window_reverse"),
+        ("fused_mlp", "ln_mlp"),
+        ("patch_embed", "patch_embed"),
+    ] {
+        assert!(
+            hf.iter().any(|(p, k)| (p.as_str(), k.as_str()) == want),
+            "Hugging Face Swin: no {want:?} in {hf:?}"
+        );
+    }
+    let tv = kinds("recordings/users/tv_swin_t.sqlite.gz");
+    for want in [
+        ("window_attention", "window_fmha"),
+        ("window_reverse", "window_reverse"),
+        ("fused_mlp", "ln_mlp"),
+    ] {
+        assert!(
+            tv.iter().any(|(p, k)| (p.as_str(), k.as_str()) == want),
+            "torchvision Swin: no {want:?} in {tv:?}"
+        );
+    }
+}

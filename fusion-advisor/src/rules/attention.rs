@@ -125,10 +125,25 @@ fn full_attention(
             );
             true
         }
+        // A per-head additive term on short sequences, shared by every M-th batch entry: a
+        // relative-position bias ([1, heads, N, N]), or bias and shifted-window mask combined
+        // ([B or nW, heads, N, N]) as Hugging Face's Swin passes them to SDPA. The window kernel
+        // reads it as its `add`.
+        Some(&[m, h, nq, n])
+            if h == heads
+                && nq == seq
+                && n == seq
+                && m > 0
+                && b % m == 0
+                && seq <= WINDOW_MAX_SEQ =>
+        {
+            return short_with_add(ctx, [b, heads, seq, d], m, assumptions);
+        }
         Some(other) => {
             return Verdict::NotProposed(format!(
                 "an additive mask of shape {other:?}: the fMHA takes a key-padding mask \
-                 ([B, 1, 1, N]) only"
+                 ([B, 1, 1, N]) or, up to {WINDOW_MAX_SEQ} tokens, a per-head term \
+                 ([M, heads, N, N], M dividing the batch)"
             ))
         }
     };
@@ -177,6 +192,52 @@ fn full_attention(
             ("seq", seq),
             ("head_dim", d),
             ("key_mask", i64::from(key_mask)),
+        ],
+        assumptions,
+    })
+}
+
+/// The window fMHA for attention on `[b, heads, seq, d]` with an additive `[m, heads, seq, seq]`
+/// term (batch entry i adds term i % m), or why not.
+fn short_with_add(ctx: &Ctx, q: [i64; 4], m: i64, mut assumptions: Vec<String>) -> Verdict {
+    let [b, heads, seq, d] = q;
+    match needs_16bit(ctx) {
+        Ok(a) => assumptions.extend(a),
+        Err(why) => return Verdict::NotProposed(why),
+    }
+    if !HEAD_DIMS.contains(&d) {
+        return Verdict::NotProposed(format!(
+            "head_dim {d}: the bundled fMHA is built for head_dim 32 and 64"
+        ));
+    }
+    // Kernel::WindowFmha counts one term for no mask, as timm's unshifted blocks have.
+    let windows = if m == 1 { 0 } else { m };
+    let pad = (seq + 7) / 8 * 8 - seq;
+    Verdict::Replace(Replacement {
+        kernel: Kernel::WindowFmha {
+            batch: b,
+            heads,
+            seq,
+            head_dim: d,
+            windows,
+        },
+        shape: format!("{b}x{heads}x{seq}x{d}, add {m}x{heads}"),
+        call: format!(
+            "add = torch.nn.functional.pad(attn_mask, (0, {pad}))  # the additive [{m}, {heads}, \
+             {seq}, {seq}] term, rows padded to 8\n\
+             out = fk.attention(qkv, heads={heads}, seq={seq}, add=add)  # qkv: the QKV \
+             projection's output [{}, {}] -> [{}, {}]",
+            b * seq,
+            3 * heads * d,
+            b * seq,
+            heads * d
+        ),
+        params: vec![
+            ("batch", b),
+            ("heads", heads),
+            ("seq", seq),
+            ("head_dim", d),
+            ("windows", windows),
         ],
         assumptions,
     })

@@ -48,6 +48,10 @@ impl<'a> Ctx<'a> {
     pub fn op(&self, step: usize) -> Option<&'a OpInstance> {
         self.m.at(step).map(|p| self.ops[p])
     }
+    /// The base name (`roll` for `aten::roll`) of the op at `step`.
+    pub fn base(&self, step: usize) -> Option<&'a str> {
+        self.op(step).map(|o| o.base_name())
+    }
     /// Input `i` of the op at `step`.
     pub fn dims(&self, step: usize, i: usize) -> Option<&'a [i64]> {
         self.op(step)?

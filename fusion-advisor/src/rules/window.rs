@@ -7,8 +7,9 @@ use crate::estimate::Kernel;
 const SHIFT_ASSUMED: &str =
     "the roll's shift is not recorded: taken as window / 2, as Swin's shifted blocks use";
 
-fn shift_of(ctx: &Ctx, roll_step: usize, window: i64, assumptions: &mut Vec<String>) -> i64 {
-    if ctx.op(roll_step).is_some() {
+/// window / 2 when one of `steps` is a roll (recording that assumption), else 0.
+fn shift_of(ctx: &Ctx, steps: &[usize], window: i64, assumptions: &mut Vec<String>) -> i64 {
+    if steps.iter().any(|&s| ctx.base(s) == Some("roll")) {
         assumptions.push(SHIFT_ASSUMED.into());
         window / 2
     } else {
@@ -16,13 +17,26 @@ fn shift_of(ctx: &Ctx, roll_step: usize, window: i64, assumptions: &mut Vec<Stri
     }
 }
 
-// window_partition | layer_norm roll? pad? contiguous
+// window_partition | layer_norm (roll|pad|constant_pad_nd)? (roll|pad|constant_pad_nd)?
+//                    (contiguous|reshape)
+// timm rolls then pads; Hugging Face pads then rolls, on tokens [B, H*W, C] viewed as
+// [B, H, W, C]; torchvision's partition copy is a reshape.
 pub(super) fn partition(ctx: &Ctx) -> Verdict {
     let (Some(x), Some(win)) = (ctx.dims(0, 0), ctx.dims(3, 0)) else {
         return Verdict::NoMatch;
     };
-    // x: [B, H, W, C]; the partition's permuted copy: [B, H/ws, W/ws, ws, ws, C].
-    let (&[b, h, w, c], &[b2, nh, nw, ws, ws2, c2]) = (x, win) else {
+    // x: [B, H, W, C], or tokens [B, H*W, C] whose grid the roll or pad between says; the
+    // partition's permuted copy: [B, H/ws, W/ws, ws, ws, C].
+    let grid = [1, 2].iter().find_map(|&s| match ctx.dims(s, 0) {
+        Some(&[b, h, w, c]) => Some([b, h, w, c]),
+        _ => None,
+    });
+    let [b, h, w, c] = match (x, grid) {
+        (&[b, h, w, c], _) => [b, h, w, c],
+        (&[b, l, c], Some([b2, h, w, c2])) if b2 == b && c2 == c && h * w == l => [b, h, w, c],
+        _ => return Verdict::NoMatch,
+    };
+    let &[b2, nh, nw, ws, ws2, c2] = win else {
         return Verdict::NoMatch;
     };
     if b2 != b || c2 != c || ws != ws2 || nh * ws < h || nw * ws < w {
@@ -35,7 +49,7 @@ pub(super) fn partition(ctx: &Ctx) -> Verdict {
         Ok(a) => a,
         Err(why) => return Verdict::NotProposed(why),
     };
-    let shift = shift_of(ctx, 1, ws, &mut assumptions);
+    let shift = shift_of(ctx, &[1, 2], ws, &mut assumptions);
     Verdict::Replace(Replacement {
         kernel: Kernel::LnPartition {
             b,
@@ -66,14 +80,20 @@ pub(super) fn partition(ctx: &Ctx) -> Verdict {
     })
 }
 
-// window_reverse | contiguous roll? add layer_norm?
+// window_reverse | (contiguous|reshape) roll? add layer_norm?
 pub(super) fn reverse(ctx: &Ctx) -> Verdict {
     let (Some(win), Some(x), Some(res)) = (ctx.dims(0, 0), ctx.dims(2, 0), ctx.dims(2, 1)) else {
         return Verdict::NoMatch;
     };
-    // The reverse's permuted copy: [B, H/ws, ws, W/ws, ws, C]; the residual add on [B, H, W, C].
-    let (&[b2, nh, ws, nw, ws2, c2], &[b, h, w, c]) = (win, x) else {
+    // The reverse's permuted copy: [B, H/ws, ws, W/ws, ws, C]; the residual add on [B, H, W, C]
+    // or, as Hugging Face adds it, on tokens [B, H*W, C] (then without padding to crop).
+    let &[b2, nh, ws, nw, ws2, c2] = win else {
         return Verdict::NoMatch;
+    };
+    let [b, h, w, c] = match *x {
+        [b, h, w, c] => [b, h, w, c],
+        [b, l, c] if l == nh * ws * nw * ws2 => [b, nh * ws, nw * ws2, c],
+        _ => return Verdict::NoMatch,
     };
     if x != res || b2 != b || c2 != c || ws != ws2 || nh * ws < h || nw * ws < w {
         return Verdict::NoMatch;
@@ -87,7 +107,7 @@ pub(super) fn reverse(ctx: &Ctx) -> Verdict {
         Ok(a) => a,
         Err(why) => return Verdict::NotProposed(why),
     };
-    let shift = shift_of(ctx, 1, ws, &mut assumptions);
+    let shift = shift_of(ctx, &[1], ws, &mut assumptions);
     Verdict::Replace(Replacement {
         kernel: Kernel::WindowReverse {
             b,
