@@ -43,9 +43,10 @@ pub struct StepReport {
     pub calls: Vec<Call>,
     /// `[host, gpu]` at the end of each optimizer step.
     pub optimizer_steps: Vec<(i64, Option<i64>)>,
-    /// When each `torch.cuda.synchronize` returned.
+    /// When each `torch.cuda.synchronize` (or `.item()` of a GPU tensor) returned.
     pub syncs: Vec<i64>,
-    /// When the GPU was idle at exit.
+    /// When the GPU was idle at exit (the step clock's own synchronize, which puts the events
+    /// on the host clock).
     pub exit_sync_ns: Option<i64>,
 }
 
@@ -129,8 +130,9 @@ pub fn find(r: &StepReport) -> Result<Steps, String> {
             steps.len()
         ));
     }
+    // The program's own synchronizing calls: the exit's synchronize is the step clock's, and a
+    // loop that ends without one ends, on the program's clock, when its last step's GPU work does.
     let mut points: Vec<i64> = r.syncs.clone();
-    points.extend(r.exit_sync_ns);
     points.sort_unstable();
     let (range, bounds) = timed_loop(&steps, &points);
     let lp = &steps[range.clone()];
@@ -376,7 +378,10 @@ mod tests {
             .collect();
         let s = find(&report(calls, Vec::new())).unwrap();
         assert!((s.step_ms - 3.0).abs() < 1e-6, "{s:?}");
-        assert_eq!(s.loop_bounds, "from its first step to a synchronize");
+        assert_eq!(
+            s.loop_bounds,
+            "from its first step to its last step's end on the GPU"
+        );
         assert!((s.wall_per_step_ms() - 3.0).abs() / 3.0 < 0.1, "{s:?}");
     }
 
@@ -399,6 +404,27 @@ mod tests {
         // Every step is its own window: the loop is the steady steps, all but the first fifth.
         assert_eq!(s.loop_steps, 10);
         assert!((s.wall_per_step_ms() - 10.0).abs() / 10.0 < 0.1, "{s:?}");
+    }
+
+    /// A loop with no synchronize after it ends when its last step's GPU work does, not at the
+    /// exit (which may come after other work), and a `.item()` bounds it like a synchronize.
+    #[test]
+    fn a_loop_without_a_synchronize_after_it_ends_with_its_last_step() {
+        let calls: Vec<Call> = (0..10i64)
+            .map(|i| call(0, i * 4 * MS, i * 4 * MS + MS, 3 * MS))
+            .collect();
+        let mut r = report(calls, Vec::new());
+        // Half a second of other work before the exit.
+        r.exit_sync_ns = Some(40 * MS + 500 * MS);
+        let s = find(&r).unwrap();
+        assert!(
+            (s.loop_wall_ms - (9.0 * 4.0 + 1.0 + 3.0)).abs() < 1e-6,
+            "{s:?}"
+        );
+        r.syncs = vec![39 * MS + MS / 2];
+        let s = find(&r).unwrap();
+        assert_eq!(s.loop_bounds, "from its first step to a synchronize");
+        assert!((s.loop_wall_ms - 39.5).abs() < 1e-6, "{s:?}");
     }
 
     /// Training: optimizer steps are the steps, whatever the module calls are.

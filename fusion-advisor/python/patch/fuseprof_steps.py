@@ -7,8 +7,8 @@ recorded here:
   - every optimizer step (torch.optim's global step hook): the end of one training step;
   - every outermost nn.Module call (a call made while no other module call is running): a
     forward, or one of the models a step calls in turn;
-  - every return from torch.cuda.synchronize: the points where the program's own clock can
-    read the GPU's progress.
+  - every return from torch.cuda.synchronize and from `.item()` of a GPU tensor: the points
+    where the program's own clock can read the GPU's progress.
 Each outermost call and each optimizer step records the host clock (time.perf_counter_ns) and a
 CUDA event on the current stream, so that the time a step takes on the GPU is known whether or
 not the loop synchronizes (the host runs ahead of an unsynchronized loop, and its launch times
@@ -105,6 +105,18 @@ def install():
         return out
 
     torch.cuda.synchronize = synchronize
+
+    # `.item()` of a GPU tensor waits for the GPU too: a loop that ends with one (a loss
+    # printed, a metric read) is bounded there on the program's clock.
+    original_item = torch.Tensor.item
+
+    def item(self):
+        out = original_item(self)
+        if not torch.compiler.is_compiling() and self.is_cuda:
+            _syncs.append(time.perf_counter_ns())
+        return out
+
+    torch.Tensor.item = item
     atexit.register(_write)
 
 
