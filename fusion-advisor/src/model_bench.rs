@@ -190,8 +190,10 @@ pub struct Advised {
     pub status: String,
     pub ours_us: f64,
     pub eager_us: f64,
-    /// (eager - ours) x instances per step.
+    /// (eager - ours) x instances per step ([`crate::measured_saving`]).
     pub measured_saving_us_per_step: f64,
+    /// Where the replayed and the recorded eager chain disagree: both, and which the saving uses.
+    pub saving_note: Option<String>,
 }
 
 /// A patch-layer pattern the advice led to, applied or left out.
@@ -274,6 +276,7 @@ pub fn choose(rows: &[crate::bench::BenchRow]) -> Choice {
                 ours_us: r.measured.ours_ns / 1e3,
                 eager_us: r.measured.baseline_ns / 1e3,
                 measured_saving_us_per_step: r.measured_saving_ns_per_step / 1e3,
+                saving_note: r.saving_note.clone(),
             }
         })
         .collect();
@@ -902,6 +905,11 @@ fn render_choice(o: &mut String, c: &Choice, replaced: bool) {
                 Some(why) => format!("left out: {why}"),
             }
         );
+    }
+    for a in &c.advised {
+        if let Some(note) = &a.saving_note {
+            let _ = writeln!(o, "  {:<18} {note}", a.id);
+        }
     }
     for a in c.advised.iter().filter(|a| a.patch_pattern.is_none()) {
         let _ = writeln!(
