@@ -67,7 +67,8 @@ const MODEL: &str = "import torch, time\n\
 
 /// The step clock in a real PyTorch process (on the CPU, so only the host's clock): an
 /// inference loop with no annotation is timed by its forwards, a step that calls two models in
-/// turn by their group, and a training loop by its optimizer steps, whatever its module calls.
+/// turn by their group, a training loop by its optimizer steps, whatever its module calls, and
+/// a model the program compiled by its calls.
 #[test]
 fn the_step_clock_finds_steps_without_annotation_on_cpu() {
     let s = steps_of(&format!(
@@ -95,4 +96,16 @@ fn the_step_clock_finds_steps_without_annotation_on_cpu() {
          loss(net(x), y).backward()\n    opt.step()\n"
     ));
     assert_eq!((s.what.as_str(), s.count), ("optimizer steps", 8), "{s:?}");
+
+    // A model the program compiles itself: torch.compile traces through the clock's hook, and
+    // the steps are named by the model inside.
+    let s = steps_of(&format!(
+        "{MODEL}fast = torch.compile(net)\nwith torch.no_grad():\n    for _ in range(8):\n        \
+         fast(x)\n"
+    ));
+    assert_eq!(
+        (s.what.as_str(), s.count),
+        ("calls of Sequential", 8),
+        "{s:?}"
+    );
 }

@@ -59,7 +59,8 @@ def _model_of(module):
     i = _model_index.get(key)
     if i is None:
         i = _model_index[key] = len(_models)
-        _models.append(type(module).__name__)
+        # A model the program compiled itself is named by the model inside (OptimizedModule's).
+        _models.append(type(getattr(module, "_orig_mod", module)).__name__)
     return i
 
 
