@@ -239,6 +239,9 @@ pub const PATCH_PATTERNS: [&str; 9] = [
 fn patch_pattern(p: &Proposal) -> std::result::Result<&'static str, &'static str> {
     match p.pattern.as_str() {
         "window_attention" => Ok("window_attention"),
+        // SDPA with an additive term on short sequences goes to the window fMHA, which the
+        // patch layer runs for any such call (Hugging Face's Swin makes them).
+        "sdpa" if matches!(p.kernel, crate::Kernel::WindowFmha { .. }) => Ok("window_attention"),
         "full_attention" | "sdpa" => Ok("full_attention"),
         "window_partition" => Ok("window_partition"),
         "window_reverse" => Ok("window_reverse"),

@@ -13,7 +13,9 @@ Patterns, and what each replaces in inference (eval mode, no autograd recording,
 CUDA); anything else runs the original code and is reported with the reason:
   window_partition  timm SwinTransformerBlock: LayerNorm + shift + window partition.
   window_attention  timm SwinTransformerBlock: window attention with the relative-position bias
-                    and shifted-window mask combined once per block.
+                    and shifted-window mask combined once per block; and any call of
+                    F.scaled_dot_product_attention on sequences up to 64 tokens with an additive
+                    [M, heads, N, N] term (Hugging Face's Swin passes bias and mask so).
   window_reverse    timm SwinTransformerBlock: window reverse + shift + residual + next LayerNorm.
   full_attention    timm ViT Block and Hugging Face BertSelfAttention (key-padding mask; the
                     query, key and value weights concatenated once into one projection).
@@ -529,6 +531,89 @@ def _patch_linear():
     _patch_forward(torch.nn.Linear, _linear_fusable, _linear, ("gemm_padded",))
 
 
+# ---- SDPA on short sequences with an additive term: the window fMHA, whoever calls it ---------
+
+# The persistent window kernel's longest sequence.
+SDPA_WINDOW_MAX_SEQ = 64
+
+
+def _sdpa_window_why(q, k, v, attn_mask, dropout_p, is_causal, extra):
+    """Why this SDPA call is not the window fMHA's computation (a reason, reported), "" (not a
+    candidate: long sequences, no additive term), or None."""
+    if q.dim() != 4 or k.shape != q.shape or v.shape != q.shape:
+        return ""
+    b, h, n, d = q.shape
+    if n > SDPA_WINDOW_MAX_SEQ or attn_mask is None or attn_mask.dtype == torch.bool:
+        return ""
+    if extra or dropout_p or is_causal:
+        return "SDPA with dropout, a causal mask or other arguments"
+    m = attn_mask.shape[0] if attn_mask.dim() == 4 else 0
+    if attn_mask.dim() != 4 or attn_mask.shape[1] not in (1, h) or tuple(attn_mask.shape[2:]) != (n, n) \
+            or b % m:
+        return f"SDPA with an additive term of shape {list(attn_mask.shape)}: the window fMHA takes [M, heads, N, N]"
+    if d not in (32, 64):
+        return f"SDPA with head_dim {d}: the window fMHA is built for 32 and 64"
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        return "autograd is recording: the bundled kernels have no backward pass"
+    if q.device.type not in DEVICES:
+        return f"input on {q.device}: the kernels run on CUDA"
+    if q.device.type == "cuda" and q.dtype not in (torch.float16, torch.bfloat16):
+        return f"{q.dtype} on CUDA: the kernels take fp16/bf16"
+    return None
+
+
+def _sdpa_window(q, k, v, attn_mask, scale):
+    """The window fMHA on q, k, v [B, H, N, d] with the additive term [M, 1 or H, N, N] (batch
+    entry i adds term i % M): q, k and v packed as the kernel reads a QKV projection's output,
+    the term's rows padded to 8; the output in SDPA's layout, a view of [B, N, H, d]."""
+    b, h, n, d = q.shape
+    qkv = torch.cat([t.transpose(1, 2).reshape(b * n, h * d) for t in (q, k, v)], dim=-1)
+    npad = -(-n // 8) * 8
+    add = F.pad(attn_mask.to(q.dtype).expand(attn_mask.shape[0], h, n, n), (0, npad - n))
+    out = torch.ops.fuseprof.window_attention(qkv, add, h, n, d ** -0.5 if scale is None else scale)
+    return out.view(b, n, h, d).transpose(1, 2)
+
+
+def _patch_sdpa():
+    """Replaces F.scaled_dot_product_attention by one that runs the window fMHA where the call
+    is its computation (short sequences, an additive [M, heads, N, N] term: a relative-position
+    bias, or bias and shifted-window mask combined, as Hugging Face's Swin passes them), checks
+    the first call of each shape against the original, and runs the original otherwise."""
+    original = F.scaled_dot_product_attention
+    if getattr(original, "_fuseprof", False):
+        return
+
+    checked = set()  # the call signatures already checked against the original
+
+    def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, **extra):
+        if not _enabled or "window_attention" not in _apply:
+            return original(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, **extra)
+        why = _sdpa_window_why(query, key, value, attn_mask, dropout_p, is_causal, extra)
+        if why is not None:
+            if why:
+                _left_alone(why, "scaled_dot_product_attention %s" % "x".join(map(str, query.shape)))
+            return original(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, **extra)
+        signature = (query.shape, attn_mask.shape, query.dtype)
+        if signature not in checked and not torch.compiler.is_compiling() and \
+                not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
+            checked.add(signature)
+            b, h, n, d = query.shape
+            name = f"scaled_dot_product_attention {b}x{h}x{n}x{d} + [{attn_mask.shape[0]}, " \
+                   f"{attn_mask.shape[1]}, {n}, {n}]"
+            _note("patched", "window_attention", "torch.nn.functional.scaled_dot_product_attention")
+            ref = original(query, key, value, attn_mask, dropout_p, is_causal, scale=scale)
+            out = _sdpa_window(query, key, value, attn_mask, scale)
+            err = rel_err(out, ref)
+            _report["modules"][name] = {"class": "scaled_dot_product_attention", "rel_error": err,
+                                        "passed": passed(err)}
+            return out
+        return _sdpa_window(query, key, value, attn_mask, scale)
+
+    sdpa._fuseprof = True
+    sdpa.__wrapped__ = original
+    F.scaled_dot_product_attention = sdpa
+
+
 # ---- timm's PatchEmbed: a convolution whose kernel equals its stride is a GEMM ---------------
 
 def _patch_embed_fusable(pe, x, *args, **kwargs):
@@ -689,6 +774,7 @@ def _patch_timm(timm):
     except Exception as e:  # noqa: BLE001
         _left_alone(f"timm.layers.PatchEmbed not patched: {e}", "timm")
     _patch_linear()
+    _patch_sdpa()
     original = timm.create_model
     if getattr(original, "_fuseprof", False):
         return
@@ -716,6 +802,7 @@ def _patch_transformers(_module):
     except Exception as e:  # noqa: BLE001 - an unpatchable transformers is reported, not fatal
         _left_alone(f"transformers BERT not patched: {e}", "transformers")
     _patch_linear()
+    _patch_sdpa()
 
     # Every transformers model ends its __init__ with post_init(); a model built inside another
     # (BertModel inside BertForMaskedLM) is unwrapped when the outer one is wrapped.

@@ -308,6 +308,51 @@ class Bert(unittest.TestCase):
         self.assertNotIn("_fuseprof_qkv_w", model.state_dict())
 
 
+class SdpaWindow(unittest.TestCase):
+    """F.scaled_dot_product_attention on short sequences with an additive [M, heads, N, N] term
+    goes to the window fMHA, whoever calls it."""
+
+    def test_calls_with_an_additive_term_match_sdpa(self):
+        reset()
+        torch.manual_seed(1)
+        q, k, v = (torch.randn(8, 2, 49, 32, dtype=torch.float64) for _ in range(3))
+        for mask in (torch.randn(8, 2, 49, 49, dtype=torch.float64),
+                     torch.randn(1, 2, 49, 49, dtype=torch.float64),
+                     torch.randn(8, 1, 49, 49, dtype=torch.float64)):
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            ref = F.scaled_dot_product_attention.__wrapped__(q, k, v, attn_mask=mask)
+            # The CPU reference computes in float32.
+            self.assertLess(fp.rel_err(out, ref), 1e-5, mask.shape)
+        rep = fp.report()
+        self.assertEqual(len(rep["modules"]), 3, rep["modules"].keys())
+        self.assertTrue(all(m["passed"] for m in rep["modules"].values()))
+        self.assertEqual(ops.REFERENCE_CALLS["window_attention"], 3)  # each checked on its first call
+        # Dropout (said why), a boolean mask and long sequences are left to SDPA.
+        F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.5)
+        F.scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(8, 2, 49, 49, dtype=torch.bool))
+        long = torch.randn(2, 2, 100, 32, dtype=torch.float64)
+        F.scaled_dot_product_attention(long, long, long, attn_mask=torch.randn(1, 2, 100, 100, dtype=torch.float64))
+        self.assertEqual(ops.REFERENCE_CALLS["window_attention"], 3)
+        self.assertTrue(any("dropout" in why for why in rep["left_alone"]), rep["left_alone"])
+
+    def test_hugging_face_swin_attention_is_replaced(self):
+        reset()
+        cfg = transformers.SwinConfig(image_size=56, patch_size=4, embed_dim=64, depths=[2, 2],
+                                      num_heads=[2, 4], window_size=7, num_labels=10)
+        torch.manual_seed(0)
+        model = transformers.SwinForImageClassification(cfg).eval()
+        with torch.inference_mode():
+            model(pixel_values=torch.randn(2, 3, 56, 56))
+        rep = fp.report()
+        sdpa = {k: v for k, v in rep["modules"].items() if v["class"] == "scaled_dot_product_attention"}
+        # Unshifted blocks add the bias [1, heads, 49, 49]; shifted ones bias + mask per window.
+        self.assertEqual(len(sdpa), 3, sdpa.keys())
+        self.assertTrue(all(v["passed"] for v in sdpa.values()), sdpa)
+        self.assertGreater(ops.REFERENCE_CALLS["window_attention"], 0)
+        whole = rep["models"]["SwinForImageClassification"]
+        self.assertTrue(whole["passed"], whole)
+
+
 class OddLinear(unittest.TestCase):
     def test_padded_weight_and_output(self):
         reset()
