@@ -53,6 +53,8 @@ impl std::fmt::Display for Malformed {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Header {
     pub page_size: usize,
+    /// Page size less the bytes reserved at the end of each page.
+    pub usable: usize,
     /// Pages in the file, from the header when SQLite would trust it, else from its length.
     pub pages: u64,
 }
@@ -93,12 +95,27 @@ impl Header {
                 "a freelist of {freelist_pages} pages from page {freelist_trunk} in {pages} pages"
             ));
         }
-        Some(Ok(Header { page_size, pages }))
+        Some(Ok(Header {
+            page_size,
+            usable: page_size.saturating_sub(h[20] as usize),
+            pages,
+        }))
     }
 
     pub(crate) fn lock_byte_page(&self) -> Option<u32> {
         let page = lock_byte_page(self.page_size);
         (u64::from(page) <= self.pages).then_some(page)
+    }
+
+    /// The header of `file`, as [`Header::parse`] reads it.
+    pub(crate) fn read(file: &File) -> std::io::Result<Option<Result<Header, Malformed>>> {
+        let len = file.metadata()?.len();
+        let mut h = [0u8; 100];
+        if len < 100 {
+            return Ok(None);
+        }
+        file.read_exact_at(&mut h, 0)?;
+        Ok(Header::parse(&h, len))
     }
 }
 
@@ -106,13 +123,7 @@ impl Header {
 /// the lock-byte page, where the file has one, holds nothing (SQLite never writes it, so its
 /// bytes are zeros or a hole). `Ok(None)` for a file that is not SQLite at all.
 pub(crate) fn check(file: &File) -> std::io::Result<Option<Result<Header, Malformed>>> {
-    let len = file.metadata()?.len();
-    let mut h = [0u8; 100];
-    if len < 100 {
-        return Ok(None);
-    }
-    file.read_exact_at(&mut h, 0)?;
-    let header = match Header::parse(&h, len) {
+    let header = match Header::read(file)? {
         Some(Ok(header)) => header,
         other => return Ok(other),
     };

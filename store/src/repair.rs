@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use crate::fileformat::{self, Malformed};
 use crate::raw::{RawDb, Stmt};
-use crate::reader::pages::{be16, be32, local_size, varint};
+use crate::reader::pages::{be16, be32, index_local_size, local_size, varint};
 use crate::{Error, Result};
 
 /// What `repair` did.
@@ -157,15 +157,10 @@ fn move_lock_page(path: &Path, lock: u32) -> Result<u32> {
         .open(path)
         .map_err(io)?;
     let header = match fileformat::check(&file).map_err(io)? {
-        Some(Err(Malformed::LockBytePage { .. })) => {
-            let mut h = [0u8; 100];
-            file.read_exact_at(&mut h, 0).map_err(io)?;
-            let len = file.metadata().map_err(io)?.len();
-            match fileformat::Header::parse(&h, len) {
-                Some(Ok(header)) => header,
-                _ => return Err(malformed(path, "its header changed".into())),
-            }
-        }
+        Some(Err(Malformed::LockBytePage { .. })) => match fileformat::Header::read(&file) {
+            Ok(Some(Ok(header))) => header,
+            _ => return Err(malformed(path, "its header changed".into())),
+        },
         _ => return Err(malformed(path, "its lock-byte page changed".into())),
     };
     let roots = {
@@ -180,12 +175,7 @@ fn move_lock_page(path: &Path, lock: u32) -> Result<u32> {
         }
         roots
     };
-    let walk = Walker::new(
-        &file,
-        header.page_size,
-        usable(&file).map_err(io)?,
-        header.pages,
-    );
+    let walk = Walker::new(&file, header.page_size, header.usable, header.pages);
     let refs = walk
         .references_to(&roots, lock)
         .map_err(|why| malformed(path, why))?;
@@ -225,17 +215,6 @@ fn move_lock_page(path: &Path, lock: u32) -> Result<u32> {
     file.write_all_at(&h, 0).map_err(io)?;
     file.sync_all().map_err(io)?;
     Ok(new)
-}
-
-/// The page size less the bytes reserved at the end of each page.
-fn usable(file: &File) -> std::io::Result<usize> {
-    let mut h = [0u8; 100];
-    file.read_exact_at(&mut h, 0)?;
-    let size = match u16::from_be_bytes([h[16], h[17]]) {
-        1 => 65_536,
-        n => n as usize,
-    };
-    Ok(size - h[20] as usize)
 }
 
 /// Walks every b-tree of a file page by page, with its overflow chains.
@@ -350,20 +329,5 @@ impl<'f> Walker<'f> {
         self.file
             .read_exact_at(buf, (u64::from(n) - 1) * self.page_size as u64)
             .map_err(|e| format!("reading page {n}: {e}"))
-    }
-}
-
-/// How much of a payload of `size` bytes an index cell holds on its own page.
-fn index_local_size(usable: usize, size: usize) -> usize {
-    let max_local = (usable - 12) * 64 / 255 - 23;
-    if size <= max_local {
-        return size;
-    }
-    let min_local = (usable - 12) * 32 / 255 - 23;
-    let k = min_local + (size - min_local) % (usable - 4);
-    if k <= max_local {
-        k
-    } else {
-        min_local
     }
 }

@@ -147,14 +147,8 @@ fn full_attention(
             ))
         }
     };
-    match needs_16bit(ctx) {
-        Ok(a) => assumptions.extend(a),
-        Err(why) => return Verdict::NotProposed(why),
-    }
-    if !HEAD_DIMS.contains(&d) {
-        return Verdict::NotProposed(format!(
-            "head_dim {d}: the bundled fMHA is built for head_dim 32 and 64"
-        ));
+    if let Err(why) = fmha_takes(ctx, d, &mut assumptions) {
+        return Verdict::NotProposed(why);
     }
     if seq > FULL_MAX_SEQ {
         return Verdict::NotProposed(format!(
@@ -197,18 +191,24 @@ fn full_attention(
     })
 }
 
+/// Whether the bundled fMHA takes the chain's data (fp16/bf16, head_dim 32 or 64), adding what
+/// it had to assume.
+fn fmha_takes(ctx: &Ctx, d: i64, assumptions: &mut Vec<String>) -> Result<(), String> {
+    assumptions.extend(needs_16bit(ctx)?);
+    if !HEAD_DIMS.contains(&d) {
+        return Err(format!(
+            "head_dim {d}: the bundled fMHA is built for head_dim 32 and 64"
+        ));
+    }
+    Ok(())
+}
+
 /// The window fMHA for attention on `[b, heads, seq, d]` with an additive `[m, heads, seq, seq]`
 /// term (batch entry i adds term i % m), or why not.
 fn short_with_add(ctx: &Ctx, q: [i64; 4], m: i64, mut assumptions: Vec<String>) -> Verdict {
     let [b, heads, seq, d] = q;
-    match needs_16bit(ctx) {
-        Ok(a) => assumptions.extend(a),
-        Err(why) => return Verdict::NotProposed(why),
-    }
-    if !HEAD_DIMS.contains(&d) {
-        return Verdict::NotProposed(format!(
-            "head_dim {d}: the bundled fMHA is built for head_dim 32 and 64"
-        ));
+    if let Err(why) = fmha_takes(ctx, d, &mut assumptions) {
+        return Verdict::NotProposed(why);
     }
     // Kernel::WindowFmha counts one term for no mask, as timm's unshifted blocks have.
     let windows = if m == 1 { 0 } else { m };

@@ -246,7 +246,16 @@ pub(crate) fn prefetch(bytes: &[u8]) {
 /// How much of a payload of `size` bytes a table leaf cell holds on its own page, for pages of
 /// `usable` bytes.
 pub(crate) fn local_size(usable: usize, size: usize) -> usize {
-    let max_local = usable - 35;
+    local_size_under(usable, size, usable - 35)
+}
+
+/// How much of a payload of `size` bytes an index cell holds on its own page.
+pub(crate) fn index_local_size(usable: usize, size: usize) -> usize {
+    local_size_under(usable, size, (usable - 12) * 64 / 255 - 23)
+}
+
+/// The format's local payload size for cells whose largest local payload is `max_local`.
+fn local_size_under(usable: usize, size: usize, max_local: usize) -> usize {
     if size <= max_local {
         return size;
     }
