@@ -241,16 +241,23 @@ fn by_model_calls(r: &StepReport) -> Result<(String, Vec<Step>), String> {
     Ok((what, steps))
 }
 
-/// The timed loop: the run of steps that lie between two consecutive points where the program
-/// could read the GPU's progress (`points`, sorted) holding the most steps (the later of equal
-/// ones), with those points; when no run holds `MIN_LOOP` steps (a loop that synchronizes every
-/// step), the steady steps (all but the first fifth) with the points around them.
+/// How far a step's GPU end, put on the host clock through the exit's last event, may lie past
+/// a synchronize that it came before (the host reads its clock some microseconds after that
+/// event completes, so every converted GPU time is late by as much).
+const CLOCK_SLACK_NS: i64 = 200_000;
+
+/// The timed loop, and the points where the program could read the GPU's progress around it
+/// (`points`, sorted): of the runs of steps between two consecutive points, the one holding
+/// the most steps; or, where the program synchronizes every step, the longest stretch of
+/// consecutive one-step runs, when it holds more (a warm-up left unsynchronized before such a
+/// loop is not the loop). The later of equal candidates. When no candidate holds `MIN_LOOP`
+/// steps, the steady steps (all but the first fifth) with the points around them.
 #[allow(clippy::type_complexity)]
 fn timed_loop(
     steps: &[Step],
     points: &[i64],
 ) -> (std::ops::Range<usize>, (Option<i64>, Option<i64>)) {
-    let mut best: Option<(std::ops::Range<usize>, (Option<i64>, Option<i64>))> = None;
+    let mut runs: Vec<(std::ops::Range<usize>, (Option<i64>, Option<i64>))> = Vec::new();
     let mut i = 0;
     while i < steps.len() {
         // The points before step i starts and after it is done.
@@ -260,24 +267,47 @@ fn timed_loop(
         let mut j = i;
         while j < steps.len()
             && steps[j].host_start > lo.unwrap_or(i64::MIN)
-            && hi.is_none_or(|h| steps[j].done() <= h)
+            && hi.is_none_or(|h| steps[j].done() <= h.saturating_add(CLOCK_SLACK_NS))
         {
             j += 1;
         }
         let j = j.max(i + 1);
-        if best.as_ref().is_none_or(|(r, _)| j - i >= r.len()) {
-            best = Some((i..j, (lo, hi)));
-        }
+        runs.push((i..j, (lo, hi)));
         i = j;
     }
-    let (range, bounds) = best.expect("at least one step");
+    let mut best = runs
+        .iter()
+        .rev()
+        .max_by_key(|(r, _)| r.len())
+        .cloned()
+        .expect("at least one step");
+    // Stretches of one-step runs, each ending where the next begins.
+    let mut k = 0;
+    while k < runs.len() {
+        let mut e = k;
+        while e < runs.len()
+            && runs[e].0.len() == 1
+            && runs[e].1 .0.is_some()
+            && runs[e].1 .1.is_some()
+        {
+            e += 1;
+        }
+        if e > k + 1 {
+            let range = runs[k].0.start..runs[e - 1].0.end;
+            if range.len() >= best.0.len() {
+                best = (range, (runs[k].1 .0, runs[e - 1].1 .1));
+            }
+        }
+        k = e.max(k + 1);
+    }
+    let (range, bounds) = best;
     if range.len() >= MIN_LOOP {
         return (range, bounds);
     }
     let first = steps.len() / 5;
     let lo = points.partition_point(|&p| p <= steps[first].host_start);
     let done = steps[steps.len() - 1].done();
-    let hi = points.partition_point(|&p| p < done);
+    let hi = points.partition_point(|&p| p < done.saturating_sub(CLOCK_SLACK_NS));
     (
         first..steps.len(),
         (
@@ -401,9 +431,35 @@ mod tests {
         assert_eq!(s.what, "groups of calls of Swin, Head");
         assert_eq!(s.count, 12);
         assert!((s.step_ms - 10.0).abs() < 1e-6, "{s:?}");
-        // Every step is its own window: the loop is the steady steps, all but the first fifth.
-        assert_eq!(s.loop_steps, 10);
+        // Every step is its own window: the loop is the steps between the first synchronize and
+        // the last.
+        assert_eq!(s.loop_steps, 11);
+        assert_eq!(s.loop_bounds, "between two synchronizes");
         assert!((s.wall_per_step_ms() - 10.0).abs() / 10.0 < 0.1, "{s:?}");
+    }
+
+    /// A warm-up of five forwards with no synchronize, then a loop that synchronizes before and
+    /// after every step (as a script that times each step does): the loop is the 30 timed
+    /// steps, not the warm-up that runs longest between two synchronizes. The last step's GPU
+    /// end, put on the host clock a little late, still counts as before the synchronize.
+    #[test]
+    fn a_loop_that_synchronizes_every_step_is_not_its_warm_up() {
+        let mut calls = Vec::new();
+        let mut syncs = Vec::new();
+        for i in 0..5i64 {
+            calls.push(call(0, i * MS, i * 60 * MS, 60 * MS));
+        }
+        syncs.push(300 * MS + MS / 10);
+        for i in 0..30i64 {
+            let t = 301 * MS + i * 7 * MS;
+            calls.push(call(0, t, t + MS / 10, 6 * MS));
+            syncs.push(t - MS / 20);
+            syncs.push(t + 6 * MS + MS / 10 - CLOCK_SLACK_NS / 2);
+        }
+        let s = find(&report(calls, syncs)).unwrap();
+        assert_eq!(s.loop_steps, 30, "{s:?}");
+        assert_eq!(s.loop_bounds, "between two synchronizes");
+        assert!((s.wall_per_step_ms() - 7.0).abs() / 7.0 < 0.05, "{s:?}");
     }
 
     /// A loop with no synchronize after it ends when its last step's GPU work does, not at the
