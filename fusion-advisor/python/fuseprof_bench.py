@@ -141,7 +141,34 @@ def full_attention(p, dt):
     return _full(p, dt, sdpa=False)
 
 
+def _sdpa_window(p, dt):
+    """SDPA on short sequences with an additive [M, heads, N, N] term (Hugging Face's Swin passes
+    its bias and window mask so; M = 1 or the batch), against the window fMHA reading the term
+    padded per call as the patch layer pads it."""
+    b, h, n, d, m = p["batch"], p["heads"], p["seq"], p["head_dim"], p["windows"] or 1
+    c = h * d
+    qkv = rand(b * n, 3 * c, dtype=dt)
+    term = rand(m, h, n, n, dtype=dt, scale=0.5)
+    full = term if m in (1, b) else term.repeat(b // m, 1, 1, 1)
+    npad = -(-n // 8) * 8
+
+    def eager(qkv, term, full):
+        q, k, v = qkv.view(b, n, 3, h, d).permute(2, 0, 3, 1, 4).unbind(0)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=full)
+
+    def ours(qkv, term, full, out=None):
+        add = F.pad(term, (0, npad - n), value=float("-inf"))
+        return fk.attention(qkv, heads=h, seq=n, add=add, out=out)
+
+    def as_tokens(y):
+        return y.transpose(1, 2).reshape(b * n, c)
+
+    return eager, ours, (qkv, term, full), as_tokens
+
+
 def sdpa(p, dt):
+    if "windows" in p:
+        return _sdpa_window(p, dt)
     return _full(p, dt, sdpa=True)
 
 

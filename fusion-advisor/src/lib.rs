@@ -389,8 +389,14 @@ pub fn measured_saving(p: &Proposal, m: &Measured) -> MeasuredSaving {
     } else {
         (replayed, None)
     };
+    // f64::min would take the current time for a NaN (a chain that failed to run): no saving.
+    let saving = (eager_ns - m.ours_ns) * p.instances_per_step;
     MeasuredSaving {
-        ns_per_step: ((eager_ns - m.ours_ns) * p.instances_per_step).min(p.current_ns_per_step),
+        ns_per_step: if saving.is_nan() {
+            f64::NAN
+        } else {
+            saving.min(p.current_ns_per_step)
+        },
         eager_ns,
         note,
     }

@@ -223,8 +223,8 @@ fn short_with_add(ctx: &Ctx, q: [i64; 4], m: i64, mut assumptions: Vec<String>) 
         },
         shape: format!("{b}x{heads}x{seq}x{d}, add {m}x{heads}"),
         call: format!(
-            "add = torch.nn.functional.pad(attn_mask, (0, {pad}))  # the additive [{m}, {heads}, \
-             {seq}, {seq}] term, rows padded to 8\n\
+            "add = torch.nn.functional.pad(attn_mask, (0, {pad}), value=float('-inf'))  # the \
+             additive [{m}, {heads}, {seq}, {seq}] term, rows padded to 8 with -inf\n\
              out = fk.attention(qkv, heads={heads}, seq={seq}, add=add)  # qkv: the QKV \
              projection's output [{}, {}] -> [{}, {}]",
             b * seq,
