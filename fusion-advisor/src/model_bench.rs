@@ -18,6 +18,7 @@ use crate::{AdviseConfig, Error, Proposal, Result};
 
 const PATCH: &str = include_str!("../python/patch/fuseprof_patch.py");
 const PATCH_OPS: &str = include_str!("../python/patch/fuseprof_patch_ops.py");
+const PATCH_GRAPH: &str = include_str!("../python/patch/fuseprof_graph.py");
 const TORCH_OPS_CPP: &str = include_str!("../python/patch/fuseprof_torch_ops.cpp");
 const PATCH_SITE: &str = include_str!("../python/patch/sitecustomize.py");
 const PATCH_STEPS: &str = include_str!("../python/patch/fuseprof_steps.py");
@@ -585,6 +586,7 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
     for (name, text) in [
         ("fuseprof_patch.py", PATCH),
         ("fuseprof_patch_ops.py", PATCH_OPS),
+        ("fuseprof_graph.py", PATCH_GRAPH),
         ("fuseprof_torch_ops.cpp", TORCH_OPS_CPP),
         ("sitecustomize.py", PATCH_SITE),
         ("fuseprof_steps.py", PATCH_STEPS),
@@ -868,8 +870,8 @@ pub fn verdict(patch: &serde_json::Value) -> (bool, Option<String>) {
         _ => (
             false,
             Some(
-                "the model's output was not compared (no model from timm.create_model or \
-                 transformers)"
+                "the model's output was not compared (no module with parameters was called \
+                 outermost)"
                     .into(),
             ),
         ),
@@ -878,7 +880,7 @@ pub fn verdict(patch: &serde_json::Value) -> (bool, Option<String>) {
 
 /// How the patterns were chosen; `replaced` says whether the patch layer replaced any module
 /// with them (a chosen pattern that found nothing to replace is not "applied").
-fn render_choice(o: &mut String, c: &Choice, replaced: bool) {
+fn render_choice(o: &mut String, c: &Choice, replaced: bool, found: &[String]) {
     use std::fmt::Write;
     let applied = if replaced {
         "applied"
@@ -903,7 +905,10 @@ fn render_choice(o: &mut String, c: &Choice, replaced: bool) {
             p.proposals,
             -p.measured_saving_us_per_step,
             match &p.why_not {
-                None if replaced => "applied".to_string(),
+                None if found.contains(&p.pattern) => "applied".to_string(),
+                None if replaced => "chosen, but nothing in the model computes it as the patch \
+                                     layer matches it"
+                    .to_string(),
                 None => "chosen".to_string(),
                 Some(why) => format!("left out: {why}"),
             }
@@ -1062,10 +1067,49 @@ pub fn render(r: &ModelBenchReport, top: usize) -> String {
             }
         );
     }
-    render_choice(&mut o, &r.choice, modules.is_some_and(|m| !m.is_empty()));
+    let found: Vec<String> = r.patch["patched"]
+        .as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default();
+    render_choice(
+        &mut o,
+        &r.choice,
+        modules.is_some_and(|m| !m.is_empty()),
+        &found,
+    );
     if let Some(patterns) = r.patch["patched"].as_object() {
-        let list = patterns.keys().cloned().collect::<Vec<_>>().join(", ");
-        let _ = writeln!(o, "patched: {list}");
+        for (pattern, wheres) in patterns {
+            let wheres: Vec<&str> = wheres
+                .as_array()
+                .map(|a| a.iter().filter_map(|w| w.as_str()).collect())
+                .unwrap_or_default();
+            let _ = writeln!(o, "patched: {pattern} in {}", wheres.join(", "));
+        }
+    }
+    if let Some(models) = r.patch["models"].as_object() {
+        for (name, m) in models {
+            let n = m["graph_rewrites"].as_u64().unwrap_or(0);
+            if n > 0 {
+                let eager = match (
+                    m["graph_kept"].as_bool(),
+                    &r.patch["eager_choice"][name.as_str()],
+                ) {
+                    (Some(false), c) => format!(
+                        "in eager mode it ran slower than the model's own forward on the first \
+                         calls ({:.2} vs {:.2} ms), which runs instead, with the class patches",
+                        c["captured_ms"].as_f64().unwrap_or(f64::NAN),
+                        c["own_ms"].as_f64().unwrap_or(f64::NAN)
+                    ),
+                    _ => "in eager mode the patched side runs that graph as it is (no compiler)"
+                        .to_string(),
+                };
+                let _ = writeln!(
+                    o,
+                    "graph matcher: {n} replacement(s) in the graph TorchDynamo captured of \
+                     {name}; {eager}"
+                );
+            }
+        }
     }
     if let Some(ops) = r.patch["ops"].as_str() {
         let note = r.patch["ops_note"]
@@ -1164,11 +1208,18 @@ mod tests {
         };
         // Chosen patterns that replaced no module are not called applied.
         let mut o = String::new();
-        render_choice(&mut o, &c, false);
+        render_choice(&mut o, &c, false, &[]);
         assert!(o.starts_with("chosen, but no module was replaced"), "{o}");
         assert!(!o.contains("applied"), "{o}");
+        // A chosen pattern the patch layer found nowhere in the model is not called applied.
         let mut o = String::new();
-        render_choice(&mut o, &c, true);
+        render_choice(&mut o, &c, true, &["gemm_residual".to_string()]);
+        assert!(
+            o.contains("window_attention    7 proposal(s), measured   -3316.6 us per step  chosen, but nothing"),
+            "{o}"
+        );
+        let mut o = String::new();
+        render_choice(&mut o, &c, true, &["window_attention".to_string()]);
         assert!(
             o.contains(
                 "window_attention    7 proposal(s), measured   -3316.6 us per step  applied"
@@ -1182,7 +1233,7 @@ mod tests {
         );
         let named = Choice { named: true, ..c };
         let mut o = String::new();
-        render_choice(&mut o, &named, true);
+        render_choice(&mut o, &named, true, &[]);
         assert_eq!(o, "applied (named with --apply): window_attention\n");
     }
 

@@ -1,8 +1,10 @@
 //! The patch layer's Python tests (`tests/python/test_patch_layer.py`) on CPU: module matching
 //! and replacement for timm Swin/ViT, Hugging Face BERT and odd-sized nn.Linear, weight
-//! padding, the fuseprof::* operators' schemas and fake implementations, the numerics check.
-//! They need torch, timm and transformers: the interpreter of `.venv` (made by `.ci/setup`,
-//! which the README's test command runs) or `FUSEPROF_TEST_PYTHON`.
+//! padding, the fuseprof::* operators' schemas and fake implementations, the numerics check,
+//! the graph matcher on the captured graphs of timm, torchvision, Hugging Face and hand-written
+//! models, and any model wrapped at its first outermost call. They need torch, torchvision, timm
+//! and transformers: the interpreter of `.venv` (made by `.ci/setup`, which the README's test
+//! command runs) or `FUSEPROF_TEST_PYTHON`.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -36,7 +38,7 @@ fn patch_layer_on_cpu() {
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "patch layer tests failed:\n{log}");
     // Every test ran (none skipped for a missing module).
-    assert!(log.contains("Ran 24 tests"), "a test went missing:\n{log}");
+    assert!(log.contains("Ran 33 tests"), "a test went missing:\n{log}");
     assert!(!log.contains("skipped"), "{log}");
 }
 

@@ -37,8 +37,13 @@ CUDA); anything else runs the original code and is reported with the reason:
 The kernels are torch.library operators (fuseprof_patch_ops: fuseprof::*, dispatched from C++,
 with fake implementations), so torch.compile traces a patched model and CUDA graphs capture it.
 
-Models: those from timm.create_model and every transformers model (outermost only) are
-named (module paths in the report), checked as a whole, and compiled or graphed when asked.
+The patterns above name what the class patches below replace in eager code; the graph matcher
+(fuseprof_graph) finds the same computations in any model's captured graph, whoever wrote it.
+
+Models: those from timm.create_model, every transformers model (outermost only) and any other
+module with parameters at its first outermost call are named (module paths in the report),
+checked as a whole, run through the graph matcher on the patched side, and compiled or graphed
+when asked.
 
 Training: none of the kernels has a backward pass. A module in training mode, or one called
 while autograd records, runs its original code and is reported as left alone.
@@ -51,6 +56,7 @@ import atexit
 import json
 import os
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -86,7 +92,8 @@ _enabled = os.environ.get("FUSEPROF_PATCH", "") == "1"
 # Set for the duration of each wrapped model's forward (wrap_model): what per-forward reuse
 # (BERT's converted key-padding mask) is keyed on.
 _forward_token = None
-_report = {"patched": {}, "left_alone": {}, "modules": {}, "models": {}, "approximations": {}, "ops": None}
+_report = {"patched": {}, "left_alone": {}, "modules": {}, "models": {}, "approximations": {}, "eager_choice": {},
+           "ops": None}
 
 
 def configure(enabled=None, apply=None):
@@ -150,12 +157,17 @@ def _inference_input(module, x):
         return "training mode: the bundled kernels have no backward pass"
     if torch.is_grad_enabled() and x.requires_grad:
         return "autograd is recording: the bundled kernels have no backward pass"
-    if x.device.type not in DEVICES:
-        return f"input on {x.device}: the kernels run on CUDA"
-    if x.device.type == "cuda" and x.dtype not in (torch.float16, torch.bfloat16):
-        return f"{x.dtype} on CUDA: the kernels take fp16/bf16"
-    if not x.is_floating_point():
-        return f"{x.dtype} input"
+    return _device_dtype_why(x)
+
+
+def _device_dtype_why(t):
+    """Why the kernels cannot take a tensor on this device and of this dtype, or None."""
+    if t.device.type not in DEVICES:
+        return f"a tensor on {t.device.type}: the kernels run on CUDA"
+    if t.device.type == "cuda" and t.dtype not in (torch.float16, torch.bfloat16):
+        return f"{t.dtype} on CUDA: the kernels take fp16/bf16"
+    if not t.is_floating_point():
+        return f"a {t.dtype} tensor"
     return None
 
 
@@ -173,6 +185,8 @@ def _patch_forward(cls, fusable, fused, patterns):
         applied = [p for p in patterns if p in _apply]
         if not _enabled or not applied:
             return original(self, *args, **kwargs)
+        if ops.DISPATCH is None:
+            _register_ops()
         name = getattr(self, "_fuseprof_name", cls.__name__)
         why = fusable(self, *args, **kwargs)
         if why == "":  # not a candidate at all (nothing to replace): not reported
@@ -555,21 +569,17 @@ def _sdpa_window_why(q, k, v, attn_mask, dropout_p, is_causal, extra):
         return f"SDPA with head_dim {d}: the window fMHA is built for 32 and 64"
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
         return "autograd is recording: the bundled kernels have no backward pass"
-    if q.device.type not in DEVICES:
-        return f"input on {q.device}: the kernels run on CUDA"
-    if q.device.type == "cuda" and q.dtype not in (torch.float16, torch.bfloat16):
-        return f"{q.dtype} on CUDA: the kernels take fp16/bf16"
-    return None
+    return _device_dtype_why(q)
 
 
 def _sdpa_window(q, k, v, attn_mask, scale):
     """The window fMHA on q, k, v [B, H, N, d] with the additive term [M, 1 or H, N, N] (batch
     entry i adds term i % M): q, k and v packed as the kernel reads a QKV projection's output,
-    the term's rows padded to 8; the output in SDPA's layout, a view of [B, N, H, d]."""
+    the term laid out as attention_add lays it out; the output in SDPA's layout, a view of
+    [B, N, H, d]."""
     b, h, n, d = q.shape
     qkv = torch.cat([t.transpose(1, 2).reshape(b * n, h * d) for t in (q, k, v)], dim=-1)
-    npad = -(-n // 8) * 8
-    add = F.pad(attn_mask.to(q.dtype).expand(attn_mask.shape[0], h, n, n), (0, npad - n))
+    add = ops.padded_term(attn_mask.to(q.dtype).expand(attn_mask.shape[0], h, n, n))
     out = torch.ops.fuseprof.window_attention(qkv, add, h, n, d ** -0.5 if scale is None else scale)
     return out.view(b, n, h, d).transpose(1, 2)
 
@@ -588,6 +598,8 @@ def _patch_sdpa():
     def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, **extra):
         if not _enabled or "window_attention" not in _apply:
             return original(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, **extra)
+        if ops.DISPATCH is None:
+            _register_ops()
         why = _sdpa_window_why(query, key, value, attn_mask, dropout_p, is_causal, extra)
         if why is not None:
             if why:
@@ -689,9 +701,68 @@ class _Graphed:
         return pytree.tree_map(lambda t: t.clone() if torch.is_tensor(t) else t, out)
 
 
+# The patterns the graph matcher (fuseprof_graph) finds in any model's captured forward.
+GRAPH_PATTERNS = {"fused_mlp", "gemm_residual", "gemm_padded", "patch_embed", "full_attention", "window_attention"}
+
+
+def _fast_forward(model, name, original_forward, compile_mode, graphs, capture):
+    """The forward the timed steps run: on the patched side, captured by TorchDynamo and
+    rewritten by the graph matcher when `capture` (then run as it is or compiled by Inductor);
+    else compiled as asked. In a CUDA graph per input signature when `graphs`. Returns
+    (forward, the graph matcher's backend or None)."""
+    import fuseprof_graph
+
+    backend = None
+    fast = original_forward
+    if capture:
+        backend = fuseprof_graph.Backend(name, compile_mode)
+        fast = torch.compile(original_forward, backend=backend, dynamic=None if compile_mode else False)
+    elif compile_mode:
+        fast = torch.compile(original_forward, mode=None if compile_mode == "default" else compile_mode)
+    if graphs:
+        fast = _Graphed(fast)
+    return fast, backend
+
+
+def _captured_is_faster(model, name, own, captured, args, kwargs, rounds=3):
+    """Whether, in eager mode, the graph the matcher rewrote runs faster than the model's own
+    forward (both with the class patches): a captured graph runs each op from Python without
+    the modules around it, but TorchDynamo may split it at graph breaks and drops the eager fast
+    paths it cannot trace, so it can cost the host more than it saves the GPU. Timed alternately
+    on the program's inputs, the median of `rounds` calls each, synchronized. The slower one is
+    not kept, and the report says which ran and why."""
+    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+
+    def once(fn):
+        if cuda:
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        fn(*args, **kwargs)
+        if cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter() - t
+
+    own_s, captured_s = [], []
+    for _ in range(rounds):
+        own_s.append(once(own))
+        captured_s.append(once(captured))
+    own_ms, captured_ms = sorted(own_s)[rounds // 2] * 1e3, sorted(captured_s)[rounds // 2] * 1e3
+    faster = captured_ms <= own_ms * 1.02
+    _report["eager_choice"][name] = {"own_ms": own_ms, "captured_ms": captured_ms, "captured": faster}
+    if not faster:
+        _left_alone(f"eager mode: the rewritten graph ran slower than the model's own forward on the first calls "
+                    f"({captured_ms:.2f} vs {own_ms:.2f} ms): the model runs its own forward, with the class patches",
+                    name)
+    return faster
+
+
 def wrap_model(model, name):
     """Names the model's modules, checks its first patched call against the unpatched model,
-    and compiles or graphs it as the environment asks. Idempotent."""
+    and compiles or graphs it as the environment asks. Idempotent.
+
+    On the patched side the model's forward goes through the graph matcher (fuseprof_graph) as
+    well as the class patches. In eager mode its captured graph is kept only where the matcher
+    replaced something in it; otherwise the model runs its own forward, as on the baseline side."""
     if getattr(model, "_fuseprof_wrapped", False):
         return model
     model._fuseprof_wrapped = True
@@ -700,7 +771,7 @@ def wrap_model(model, name):
     compile_mode = os.environ.get("FUSEPROF_COMPILE", "")
     graphs = os.environ.get("FUSEPROF_CUDA_GRAPHS", "") == "1"
     original_forward = model.forward
-    state = {"checked": False, "fast": None}
+    state = {"checked": False, "fast": None, "backend": None}
 
     def forward(*args, **kwargs):
         global _forward_token
@@ -716,12 +787,11 @@ def wrap_model(model, name):
     def checked_forward(*args, **kwargs):
         global _enabled
         if state["fast"] is None:
-            fast = original_forward
-            if compile_mode:
-                fast = torch.compile(original_forward, mode=None if compile_mode == "default" else compile_mode)
-            if graphs:
-                fast = _Graphed(fast)
-            state["fast"] = fast
+            capture = _enabled and bool(_apply & GRAPH_PATTERNS)
+            state["fast"], state["backend"] = _fast_forward(model, name, original_forward, compile_mode, graphs,
+                                                            capture)
+        if model.training and not compile_mode and not graphs:
+            return original_forward(*args, **kwargs)
         if _enabled and not state["checked"] and not model.training:
             state["checked"] = True
             _enabled = False
@@ -729,14 +799,37 @@ def wrap_model(model, name):
                 ref = original_forward(*args, **kwargs)
             finally:
                 _enabled = True
+            # The class patches' first calls (their own checks, their derived weights), eagerly.
             out = original_forward(*args, **kwargs)
+            backend = state["backend"]
+            rewrites = 0
+            if backend is not None or compile_mode or graphs:
+                # Capture, rewrite and compile now, in this first call, as the baseline's first
+                # call compiles: left to the second call, it would fall inside the timed loop.
+                try:
+                    out = state["fast"](*args, **kwargs)
+                except Exception as e:  # noqa: BLE001 - the model runs as the baseline does, and says why
+                    if backend is None:
+                        raise
+                    _left_alone(f"the graph matcher could not capture the model: {type(e).__name__}: "
+                                f"{str(e).splitlines()[0] if str(e) else ''}", name)
+                    state["fast"], state["backend"] = _fast_forward(model, name, original_forward, compile_mode,
+                                                                    graphs, False)
+                    out = state["fast"](*args, **kwargs)
+                else:
+                    rewrites = backend.rewrites if backend is not None else 0
+                    keep = rewrites > 0
+                    if keep and not compile_mode and not graphs:
+                        keep = _captured_is_faster(model, name, original_forward, state["fast"], args, kwargs)
+                    if backend is not None and not keep and not compile_mode:
+                        state["fast"], state["backend"] = _fast_forward(model, name, original_forward, "", graphs,
+                                                                        False)
+                        if graphs:
+                            out = state["fast"](*args, **kwargs)
             err = rel_err(out, ref)
             _report["models"][name] = {"rel_error": err, "passed": passed(err),
-                                       "any_nan": any(bool(torch.isnan(t).any()) for t in _tensors(out))}
-            if compile_mode or graphs:
-                # Compile or capture now, in this first call, as the baseline's first call does:
-                # left to the second call, it would fall inside the program's timed loop.
-                state["fast"](*args, **kwargs)
+                                       "any_nan": any(bool(torch.isnan(t).any()) for t in _tensors(out)),
+                                       "graph_rewrites": rewrites, "graph_kept": state["backend"] is not None}
             return out
         return state["fast"](*args, **kwargs)
 
@@ -754,10 +847,7 @@ def unwrap_model(model):
 def _patch_timm(timm):
     import importlib
 
-    ops.register()
-    _report["ops"] = ops.DISPATCH
-    if ops.DISPATCH_NOTE:
-        _report["ops_note"] = ops.DISPATCH_NOTE
+    _register_ops()
     for module, cls, fusable, fused, patterns in (
         ("timm.models.swin_transformer", "SwinTransformerBlock", _swin_fusable, _swin_block_fused,
          ("window_partition", "window_attention", "window_reverse", "fused_mlp", "gemm_residual", "gemm_gelu")),
@@ -793,10 +883,7 @@ def _patch_transformers(_module):
     is taken from its submodules)."""
     import importlib
 
-    ops.register()
-    _report["ops"] = ops.DISPATCH
-    if ops.DISPATCH_NOTE:
-        _report["ops_note"] = ops.DISPATCH_NOTE
+    _register_ops()
     try:
         _patch_bert(importlib.import_module("transformers.models.bert.modeling_bert"))
     except Exception as e:  # noqa: BLE001 - an unpatchable transformers is reported, not fatal
@@ -821,9 +908,47 @@ def _patch_transformers(_module):
         pretrained.post_init = post_init
 
 
+def _register_ops():
+    ops.register()
+    _report["ops"] = ops.DISPATCH
+    if ops.DISPATCH_NOTE:
+        _report["ops_note"] = ops.DISPATCH_NOTE
+
+
+def _patch_torch(_torch):
+    """Wraps any model (wrap_model) at its first outermost call: a module with parameters called
+    while no other module call runs, whoever built it (torchvision, a hand-written nn.Module).
+    Models from timm.create_model and transformers are wrapped when they are made; a module
+    called only inside another is never wrapped."""
+    original_call = torch.nn.Module.__call__
+    if getattr(original_call, "_fuseprof_models", False):
+        return
+    depth = [0]
+
+    def __call__(self, *args, **kwargs):
+        if depth[0] or torch.compiler.is_compiling():
+            return original_call(self, *args, **kwargs)
+        if not self.__dict__.get("_fuseprof_wrapped") and not self.__dict__.get("_fuseprof_seen"):
+            self.__dict__["_fuseprof_seen"] = True
+            if next(self.parameters(), None) is not None:
+                _register_ops()
+                wrap_model(self, type(self).__name__)
+        depth[0] += 1
+        try:
+            return original_call(self, *args, **kwargs)
+        finally:
+            depth[0] -= 1
+
+    __call__._fuseprof_models = True
+    torch.nn.Module.__call__ = __call__
+    _patch_linear()
+    _patch_sdpa()
+
+
 def install():
-    """Patches timm and transformers now where they are imported (the sitecustomize beside
-    this file does it when they are)."""
+    """Patches torch, timm and transformers now where they are imported (the sitecustomize
+    beside this file does it when they are)."""
+    _patch_torch(torch)
     if "timm" in sys.modules:
         _patch_timm(sys.modules["timm"])
     if "transformers" in sys.modules:

@@ -91,8 +91,12 @@ def _split_qkv(qkv, heads, seq):
 
 
 def ref_window_attention(qkv, add, heads, seq, scale):
-    """add: attention_add's layout [nW, heads, seq, seq rounded up to 8]; window b uses b % nW."""
+    """add: attention_add's layout [nW, heads, seq, seq rounded up to 8], -inf in the padding
+    columns (the kernel reads them); window b uses b % nW."""
     _count("window_attention")
+    if add.shape[-1] != -(-seq // 8) * 8 or not bool((add[..., seq:] == float("-inf")).all()):
+        raise ValueError("fuseprof::window_attention: the additive term must be [nW, heads, seq, seq rounded up "
+                         "to 8] with -inf in the padding columns (attention_add's layout)")
     q, k, v, d = _split_qkv(qkv, heads, seq)
     n_win = add.shape[0]
     a = add[..., :seq]
@@ -342,6 +346,13 @@ def register():
     return DISPATCH
 
 
+def padded_term(term):
+    """An additive term [M, heads, N, N] in attention_add's layout: rows padded to a multiple of 8
+    with -inf, so that the padding keys take no weight."""
+    n = term.shape[-1]
+    return F.pad(term, (0, -(-n // 8) * 8 - n), value=float("-inf"))
+
+
 def attention_add(heads, seq, bias, window_mask):
     """The window attention's additive tensor [nW or 1, heads, seq, seq rounded up to 8]: the
     relative-position bias [heads, seq, seq] plus the shifted-window mask [nW, seq, seq] (either
@@ -354,4 +365,4 @@ def attention_add(heads, seq, bias, window_mask):
         add = add + bias[None]
     if window_mask is not None:
         add = add + window_mask[:, None]
-    return F.pad(add, (0, -(-seq // 8) * 8 - seq))
+    return padded_term(add)

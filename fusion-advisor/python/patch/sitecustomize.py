@@ -1,5 +1,5 @@
 """fuseprof's patch hook, put on PYTHONPATH by `fuseprof bench -- CMD` (behind `collect`'s own
-hook, which runs this one in turn). When timm or transformers is imported, fuseprof_patch
+hook, which runs this one in turn). When torch, timm or transformers is imported, fuseprof_patch
 patches it: the kernels swapped in (FUSEPROF_PATCH=1), and models named, checked and compiled or
 graphed as asked (fuseprof_patch's docstring). When torch is imported and FUSEPROF_STEPS_REPORT
 is set, fuseprof_steps starts the step clock. Nothing is imported before the module it patches
@@ -31,7 +31,7 @@ def _chain_previous_sitecustomize():
             return
 
 
-PATCHERS = {"timm": "_patch_timm", "transformers": "_patch_transformers"}
+PATCHERS = {"torch": "_patch_torch", "timm": "_patch_timm", "transformers": "_patch_transformers"}
 
 
 def _install_steps(_torch):
@@ -62,10 +62,7 @@ def _arm(patchers):
 
             def run(module):
                 exec_module(module)
-                try:
-                    patchers[fullname](module)
-                except Exception as e:  # noqa: BLE001 - the program runs unpatched, and says so
-                    sys.stderr.write("fuseprof: the patch layer failed to load: %r\n" % (e,))
+                patchers[fullname](module)
 
             spec.loader.exec_module = run
             return spec
@@ -83,13 +80,26 @@ def _patcher(name):
 
 
 _chain_previous_sitecustomize()
-_patchers = {}
+_on_import = {}  # module name -> what runs when it has been imported
 if any(os.environ.get(v) for v in ("FUSEPROF_PATCH", "FUSEPROF_COMPILE", "FUSEPROF_CUDA_GRAPHS")):
-    _patchers.update({name: _patcher(fn) for name, fn in PATCHERS.items()})
+    _on_import.update({name: [_patcher(fn)] for name, fn in PATCHERS.items()})
 if os.environ.get("FUSEPROF_STEPS_REPORT"):
-    if "torch" in sys.modules:  # a hook before this one imported it
-        _install_steps(sys.modules["torch"])
-    else:
-        _patchers["torch"] = _install_steps
-if _patchers:
-    _arm(_patchers)
+    _on_import.setdefault("torch", []).insert(0, _install_steps)
+
+
+def _all(fns):
+    def run(module):
+        for fn in fns:
+            try:
+                fn(module)
+            except Exception as e:  # noqa: BLE001 - the program runs unpatched, and says so
+                sys.stderr.write("fuseprof: the patch layer failed to load: %r\n" % (e,))
+
+    return run
+
+
+# A module a hook before this one imported is patched now; the others when they are imported.
+for _name in [n for n in _on_import if n in sys.modules]:
+    _all(_on_import.pop(_name))(sys.modules[_name])
+if _on_import:
+    _arm({name: _all(fns) for name, fns in _on_import.items()})

@@ -25,13 +25,22 @@ ops.register()
 import timm  # noqa: E402
 import transformers  # noqa: E402
 
+fp._patch_torch(torch)
 fp._patch_timm(timm)
 fp._patch_transformers(transformers)
 
 
+def second_call(fn):
+    """Runs fn again with the operator counts cleared: what every call after the first runs (the
+    first also runs the original to compare, and the model through the graph matcher's
+    capture)."""
+    ops.REFERENCE_CALLS.clear()
+    return fn()
+
+
 def reset():
     rep = fp.report()
-    for k in ("modules", "models", "left_alone", "approximations", "patched"):
+    for k in ("modules", "models", "left_alone", "approximations", "patched", "eager_choice"):
         rep[k].clear()
     ops.REFERENCE_CALLS.clear()
 
@@ -131,6 +140,7 @@ class Swin(unittest.TestCase):
         x = torch.randn(1, 3, 224, 224)
         with torch.inference_mode():
             y = model(x)
+            second_call(lambda: model(x))
         rep = fp.report()
         blocks = {k: v for k, v in rep["modules"].items() if v["class"] == "SwinTransformerBlock"}
         self.assertEqual(len(blocks), 12, rep["modules"].keys())
@@ -138,7 +148,7 @@ class Swin(unittest.TestCase):
         model_rep = rep["models"]["swin_tiny_patch4_window7_224"]
         self.assertTrue(model_rep["passed"], model_rep)
         self.assertFalse(model_rep["any_nan"])
-        # The fused path ran, once per block (the first call also runs the original to compare).
+        # The fused path runs once per block and call.
         for op in ("ln_shift_partition", "window_attention"):
             self.assertEqual(ops.REFERENCE_CALLS.get(op), 12, op)
         # The first two stages (C = 96, 192) run norm2 + the MLP in one kernel after the window
@@ -162,8 +172,10 @@ class Swin(unittest.TestCase):
         try:
             torch.manual_seed(0)
             model = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, img_size=112).eval()
+            x = torch.randn(1, 3, 112, 112)
             with torch.inference_mode():
-                model(torch.randn(1, 3, 112, 112))
+                model(x)
+                second_call(lambda: model(x))
         finally:
             fp.configure(apply=fp.DEFAULT_PATTERNS)
         rep = fp.report()
@@ -190,8 +202,10 @@ class Swin(unittest.TestCase):
         fp.configure(apply=[p for p in fp.DEFAULT_PATTERNS if p != "window_attention"])
         try:
             model = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, img_size=112).eval()
+            x = torch.randn(1, 3, 112, 112)
             with torch.inference_mode():
-                model(torch.randn(1, 3, 112, 112))
+                model(x)
+                second_call(lambda: model(x))
         finally:
             fp.configure(apply=fp.DEFAULT_PATTERNS)
         self.assertNotIn("window_attention", ops.REFERENCE_CALLS)
@@ -204,8 +218,10 @@ class ViT(unittest.TestCase):
         reset()
         torch.manual_seed(0)
         model = timm.create_model("vit_tiny_patch16_224", pretrained=False).eval()
+        x = torch.randn(2, 3, 224, 224)
         with torch.inference_mode():
-            model(torch.randn(2, 3, 224, 224))
+            model(x)
+            second_call(lambda: model(x))
         rep = fp.report()
         blocks = [v for v in rep["modules"].values() if v["class"] == "Block"]
         self.assertEqual(len(blocks), 12)
@@ -242,6 +258,7 @@ class Bert(unittest.TestCase):
         mask[2, 5:] = 0
         with torch.inference_mode():
             out = model(input_ids=ids, attention_mask=mask).last_hidden_state
+            second_call(lambda: model(input_ids=ids, attention_mask=mask))
         rep = fp.report()
         classes = sorted(v["class"] for v in rep["modules"].values())
         self.assertEqual(classes.count("BertIntermediate"), 0, classes)  # exact GELU: only with gemm_gelu
@@ -283,8 +300,10 @@ class Bert(unittest.TestCase):
         model = self.model()
         fp.configure(apply=fp.DEFAULT_PATTERNS + ("gemm_gelu",))
         try:
+            ids = torch.randint(0, 1000, (2, 8))
             with torch.inference_mode():
-                model(input_ids=torch.randint(0, 1000, (2, 8)))
+                model(input_ids=ids)
+                second_call(lambda: model(input_ids=ids))
         finally:
             fp.configure(apply=fp.DEFAULT_PATTERNS)
         rep = fp.report()
@@ -361,6 +380,7 @@ class OddLinear(unittest.TestCase):
         x = torch.randn(7, 50)
         with torch.inference_mode():
             y = lin(x)
+            second_call(lambda: lin(x))
         self.assertEqual(tuple(lin._fuseprof_wpad.shape), (56, 56))
         self.assertTrue(torch.equal(lin._fuseprof_wpad[49:], torch.zeros(7, 56)))
         self.assertTrue(torch.equal(lin._fuseprof_wpad[:, 50:], torch.zeros(56, 6)))
@@ -405,6 +425,270 @@ class ImportHook(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertNotIn("fuseprof:", r.stderr)
         self.assertEqual(r.stdout.strip(), "True True")
+
+
+# ---- the graph matcher: the same computations in each implementation -------------------------
+
+import collections  # noqa: E402
+
+import torchvision  # noqa: E402
+import fuseprof_graph as fg  # noqa: E402
+
+
+def graph_matches(model, *args, apply=fp.PATTERNS, eager=False):
+    """Captures model(*args) with TorchDynamo (the class patches off, so that the graph holds
+    each library's own code), runs the graph matcher on it with every pattern, and returns
+    (the replacement functions called from the graph and how often, the output's error against
+    the unpatched model, what was left alone)."""
+    reset()
+    torch._dynamo.reset()
+    found = collections.Counter()
+
+    def backend(gm, example_inputs):
+        fg.rewrite(gm, "model", set(apply), eager=eager)
+        for node in gm.graph.nodes:
+            if node.op == "call_function" and getattr(node.target, "__module__", "") == "fuseprof_graph":
+                found[node.target.__name__] += 1
+        return gm.forward
+
+    fp.configure(enabled=False)
+    try:
+        with torch.inference_mode():
+            ref = model(*args)
+            out = torch.compile(model, backend=backend, dynamic=False)(*args)
+    finally:
+        fp.configure(enabled=True)
+    return found, fp.rel_err(out, ref), dict(fp.report()["left_alone"])
+
+
+class HandBlock(torch.nn.Module):
+    """A pre-norm transformer block as someone writes it by hand: separate q/k/v projections,
+    SDPA with a key-padding mask, an MLP of plain Linear/GELU."""
+
+    def __init__(self, c=96, heads=3):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = torch.nn.LayerNorm(c), torch.nn.LayerNorm(c)
+        self.q, self.k, self.v, self.o = (torch.nn.Linear(c, c) for _ in range(4))
+        self.up, self.down = torch.nn.Linear(c, 4 * c), torch.nn.Linear(4 * c, c)
+
+    def forward(self, x, keep):
+        b, n, c = x.shape
+        h = self.ln1(x)
+        q, k, v = (p(h).view(b, n, self.heads, -1).transpose(1, 2) for p in (self.q, self.k, self.v))
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=keep[:, None, None, :])
+        x = x + self.o(a.transpose(1, 2).reshape(b, n, c))
+        return x + self.down(F.gelu(self.up(self.ln2(x))))
+
+
+class HandWindowAttention(torch.nn.Module):
+    """Window attention written out by hand: a learned [heads, N, N] bias and a fixed mask per
+    window, added to the scores before the softmax."""
+
+    def __init__(self, c=64, heads=2, n=16, windows=4):
+        super().__init__()
+        self.heads, self.scale = heads, (c // heads) ** -0.5
+        self.qkv, self.proj = torch.nn.Linear(c, 3 * c), torch.nn.Linear(c, c)
+        self.bias = torch.nn.Parameter(torch.randn(heads, n, n))
+        self.register_buffer("mask", torch.where(torch.rand(windows, n, n) > 0.3, 0.0, -100.0))
+
+    def forward(self, x):
+        bw, n, c = x.shape
+        q, k, v = self.qkv(x).reshape(bw, n, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        attn = (q * self.scale) @ k.transpose(-2, -1) + self.bias
+        windows = self.mask.shape[0]
+        attn = attn.view(bw // windows, windows, self.heads, n, n) + self.mask[None, :, None]
+        attn = attn.view(bw, self.heads, n, n).softmax(dim=-1)
+        return self.proj((attn @ v).transpose(1, 2).reshape(bw, n, c))
+
+
+class HandPatchify(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 96, 4, 4)
+
+    def forward(self, x):
+        return self.conv(x).flatten(2).transpose(1, 2)
+
+
+class HandMha(torch.nn.Module):
+    """nn.MultiheadAttention used for self-attention with a key-padding mask, plus a residual."""
+
+    def __init__(self):
+        super().__init__()
+        self.attn = torch.nn.MultiheadAttention(64, 2, batch_first=True)
+
+    def forward(self, x, pad):
+        return x + self.attn(x, x, x, key_padding_mask=pad, need_weights=False)[0]
+
+
+def _bert_inputs():
+    ids = torch.randint(0, 100, (2, 16))
+    mask = torch.ones(2, 16, dtype=torch.long)
+    mask[1, 12:] = 0
+    return ids, mask
+
+
+class GraphMatcher(unittest.TestCase):
+    """Each computation is found in the captured graph of each implementation that writes it,
+    whatever its classes, and the rewritten graph computes what the model computes."""
+
+    def check(self, model, args, expect, left_alone=None):
+        torch.manual_seed(0)
+        found, err, alone = graph_matches(model.eval(), *args)
+        self.assertEqual(dict(found), expect, alone)
+        self.assertLess(err, 1e-5)
+        if left_alone is not None:
+            self.assertEqual(alone, left_alone)
+        rep = fp.report()
+        self.assertTrue(rep["modules"] and all(m["passed"] for m in rep["modules"].values()), rep["modules"])
+
+    def test_timm(self):
+        torch.manual_seed(0)
+        swin = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, img_size=56, depths=(2,),
+                                 num_heads=(3,), embed_dim=96)
+        # Written-out window attention (bias, then bias + shifted-window mask), MLP, patch embed.
+        self.check(swin, (torch.randn(2, 3, 56, 56),),
+                   {"attention_chain": 2, "ln_mlp_residual": 2, "patch_embed": 1}, {})
+        vit = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, depth=2)
+        self.check(vit, (torch.randn(2, 3, 32, 32),),
+                   {"sdpa_full": 2, "linear_residual": 2, "ln_mlp_residual": 2, "patch_embed": 1}, {})
+
+    def test_torchvision(self):
+        swin = torchvision.models.swin_transformer.SwinTransformer(patch_size=[4, 4], embed_dim=96, depths=[2],
+                                                                   num_heads=[3], window_size=[7, 7])
+        self.check(swin, (torch.randn(2, 3, 56, 56),),
+                   {"attention_chain": 2, "ln_mlp_residual": 2, "patch_embed": 1}, {})
+        vit = torchvision.models.VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2,
+                                                   hidden_dim=64, mlp_dim=256)
+        self.check(vit, (torch.randn(2, 3, 32, 32),), {"mha_self": 2, "linear_residual": 2, "patch_embed": 1}, {})
+
+    def test_hugging_face(self):
+        bert = transformers.BertModel(transformers.BertConfig(hidden_size=64, num_hidden_layers=2,
+                                                              num_attention_heads=2, intermediate_size=256))
+        # The padding mask as transformers builds it ([B, 1, S, S], broadcast from [B, S]): its
+        # [B, S] row made once for both layers; query, key and value projected by one GEMM.
+        self.check(bert, _bert_inputs(),
+                   {"sdpa_full": 2, "key_padding_row": 1, "qkv_linear": 2, "linear_residual": 4}, {})
+        vit = transformers.ViTModel(transformers.ViTConfig(image_size=32, patch_size=8, hidden_size=64,
+                                                           num_hidden_layers=2, num_attention_heads=2,
+                                                           intermediate_size=256))
+        self.check(vit, (torch.randn(2, 3, 32, 32),),
+                   {"sdpa_full": 2, "qkv_linear": 2, "linear_residual": 4, "patch_embed": 1}, {})
+        swin = transformers.SwinModel(transformers.SwinConfig(image_size=56, patch_size=4, embed_dim=96, depths=[2],
+                                                              num_heads=[3], window_size=7))
+        self.check(swin, (torch.randn(2, 3, 56, 56),),
+                   {"sdpa_window": 2, "qkv_linear": 2, "ln_mlp_residual": 2, "patch_embed": 1}, {})
+
+    def test_by_hand(self):
+        keep = torch.ones(2, 10, dtype=torch.bool)
+        keep[0, 7:] = False
+        self.check(HandBlock(), (torch.randn(2, 10, 96), keep),
+                   {"sdpa_full": 1, "key_padding_row": 1, "qkv_linear": 1, "linear_residual": 1,
+                    "ln_mlp_residual": 1})
+        self.check(HandWindowAttention(), (torch.randn(8, 16, 64),), {"attention_chain": 1})
+        self.check(HandPatchify(), (torch.randn(2, 3, 16, 16),), {"patch_embed": 1})
+        pad = torch.zeros(2, 12, dtype=torch.bool)
+        pad[1, 9:] = True
+        self.check(HandMha(), (torch.randn(2, 12, 64), pad), {"mha_self": 1})
+
+    def test_what_is_not_the_computation_is_left(self):
+        class Causal(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = torch.nn.Linear(64, 64)
+
+            def forward(self, x):
+                q = self.lin(x).view(2, 8, 2, 32).transpose(1, 2)
+                a = F.scaled_dot_product_attention(q, q, q, is_causal=True)
+                # The linear's output is used twice: not a residual epilogue.
+                y = self.lin(x)
+                return a.sum() + y + y
+
+        found, _, alone = graph_matches(Causal().eval(), torch.randn(2, 8, 64))
+        self.assertEqual(dict(found), {})
+        self.assertTrue(any("causal" in why for why in alone), alone)
+
+    def test_a_key_padding_mask_is_told_from_a_full_mask(self):
+        class Masked(torch.nn.Module):
+            def forward(self, q, mask):
+                return F.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+
+        q = torch.randn(2, 2, 80, 32)
+        found, _, alone = graph_matches(Masked().eval(), q, torch.randn(2, 1, 80, 80))
+        self.assertEqual(dict(found), {})
+        self.assertTrue(any("neither key padding" in why for why in alone), alone)
+        found, err, _ = graph_matches(Masked().eval(), q, torch.randn(2, 1, 1, 80).expand(2, 1, 80, 80))
+        # q, k, v from nowhere in particular: packed for the kernel by one copy.
+        self.assertEqual(dict(found), {"sdpa_full": 1, "key_padding_row": 1, "pack_qkv": 1})
+        self.assertLess(err, 1e-5)
+
+    def test_eager_puts_back_the_fast_path_the_capture_drops(self):
+        """nn.MultiheadAttention's eager forward takes one native op in inference; TorchDynamo
+        captures its Python path instead. Where the fMHA does not take the call and the graph
+        runs as it is, the native op goes back in."""
+        pad = torch.zeros(2, 12, dtype=torch.bool)
+        pad[1, 9:] = True
+        no_fmha = [p for p in fp.PATTERNS if p != "full_attention"]
+        found, err, _ = graph_matches(HandMha().eval(), torch.randn(2, 12, 64), pad, apply=no_fmha, eager=True)
+        self.assertEqual(dict(found), {"mha_native": 1})
+        self.assertLess(err, 1e-5)
+        found, _, _ = graph_matches(HandMha().eval(), torch.randn(2, 12, 64), pad, apply=no_fmha)
+        self.assertEqual(dict(found), {})  # compiled: Inductor takes the captured path on both sides
+
+    def test_autograd_leaves_the_graph_alone(self):
+        model = HandBlock().train()
+        torch._dynamo.reset()
+        reset()
+        counts = []
+
+        def backend(gm, example_inputs):
+            counts.append(fg.rewrite(gm, "model", set(fp.PATTERNS)))
+            return gm.forward
+
+        torch.compile(model, backend=backend)(torch.randn(2, 10, 96), torch.ones(2, 10, dtype=torch.bool))
+        self.assertEqual(counts, [0])
+        self.assertIn("autograd is recording: the bundled kernels have no backward pass", fp.report()["left_alone"])
+
+
+class AnyModel(unittest.TestCase):
+    """A model the program builds itself (no timm, no transformers) is wrapped at its first
+    outermost call: checked as a whole, its graph rewritten, and run unpatched when nothing in
+    it was replaced."""
+
+    def test_first_outermost_call_wraps_the_model(self):
+        reset()
+        fp._patch_torch(torch)
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        model = torchvision.models.swin_transformer.SwinTransformer(
+            patch_size=[4, 4], embed_dim=96, depths=[2], num_heads=[3], window_size=[7, 7], num_classes=10).eval()
+        with torch.no_grad():
+            model.head.weight.normal_()
+        x = torch.randn(2, 3, 56, 56)
+        with torch.inference_mode():
+            out = model(x)
+            again = model(x)
+        whole = fp.report()["models"]["SwinTransformer"]
+        self.assertTrue(whole["passed"], whole)
+        self.assertEqual(whole["graph_rewrites"], 5, whole)
+        self.assertLess(fp.rel_err(again, out), 1e-5)
+        self.assertGreater(ops.REFERENCE_CALLS["window_attention"], 0)
+        self.assertFalse(hasattr(model.features, "_fuseprof_wrapped"))  # inner modules are not models
+        # In eager mode the rewritten graph is kept only where it timed faster than the model's
+        # own forward on the first calls; either way the report says which ran.
+        choice = fp.report()["eager_choice"]["SwinTransformer"]
+        self.assertEqual(set(choice), {"own_ms", "captured_ms", "captured"})
+
+        reset()
+        plain = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU()).eval()
+        with torch.inference_mode():
+            plain(torch.randn(3, 64))
+            plain(torch.randn(3, 64))
+        whole = fp.report()["models"]["Sequential"]
+        self.assertEqual(whole["graph_rewrites"], 0)
+        # Nothing replaced: the model runs its own forward (not its captured graph) from now on.
+        self.assertEqual(ops.REFERENCE_CALLS, {})
 
 
 class Compile(unittest.TestCase):
