@@ -1,10 +1,16 @@
+import argparse
 import time
 
 import torch
 from transformers import SwinConfig, SwinForImageClassification
 
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--batch", type=int, default=64)
+args = parser.parse_args()
+
 model = SwinForImageClassification(SwinConfig()).cuda().eval().half()
-pixels = torch.randn(64, 3, 224, 224, device="cuda", dtype=torch.half)
+pixels = torch.randn(args.batch, 3, 224, 224, device="cuda", dtype=torch.half)
 
 with torch.no_grad():
     for _ in range(5):

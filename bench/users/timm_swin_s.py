@@ -1,10 +1,16 @@
+import argparse
 import time
 
 import timm
 import torch
 
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--batch", type=int, default=32)
+args = parser.parse_args()
+
 model = timm.create_model("swin_small_patch4_window7_224").cuda().eval().to(torch.bfloat16)
-x = torch.randn(32, 3, 224, 224, device="cuda", dtype=torch.bfloat16)
+x = torch.randn(args.batch, 3, 224, 224, device="cuda", dtype=torch.bfloat16)
 
 with torch.no_grad():
     for _ in range(10):

@@ -1,10 +1,16 @@
+import argparse
 import time
 
 import torch
 import torchvision
 
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--batch", type=int, default=64)
+args = parser.parse_args()
+
 model = torchvision.models.swin_t().cuda().eval().half()
-x = torch.randn(64, 3, 224, 224, device="cuda", dtype=torch.half)
+x = torch.randn(args.batch, 3, 224, 224, device="cuda", dtype=torch.half)
 
 with torch.inference_mode():
     for _ in range(5):
