@@ -115,9 +115,23 @@ def _tensors(out):
     return [t for t in pytree.tree_leaves(out) if torch.is_tensor(t) and t.is_floating_point()]
 
 
+def _own_synchronizes():
+    """A context in which synchronizes are fuseprof's own, not the program's (the step clock's
+    `quiet`, where the step clock runs)."""
+    import contextlib
+
+    steps = sys.modules.get("fuseprof_steps")
+    return steps.quiet() if steps is not None else contextlib.nullcontext()
+
+
 def rel_err(out, ref):
     """||out - ref|| / ||ref|| over every floating tensor of two outputs of the same structure;
     NaN when out has a non-finite value where ref is finite, or the structures differ."""
+    with _own_synchronizes():
+        return _rel_err(out, ref)
+
+
+def _rel_err(out, ref):
     a, b = _tensors(out), _tensors(ref)
     if len(a) != len(b) or not a:
         return float("nan")
@@ -743,9 +757,10 @@ def _captured_is_faster(model, name, own, captured, args, kwargs, rounds=3):
         return time.perf_counter() - t
 
     own_s, captured_s = [], []
-    for _ in range(rounds):
-        own_s.append(once(own))
-        captured_s.append(once(captured))
+    with _own_synchronizes():
+        for _ in range(rounds):
+            own_s.append(once(own))
+            captured_s.append(once(captured))
     own_ms, captured_ms = sorted(own_s)[rounds // 2] * 1e3, sorted(captured_s)[rounds // 2] * 1e3
     faster = captured_ms <= own_ms * 1.02
     _report["eager_choice"][name] = {"own_ms": own_ms, "captured_ms": captured_ms, "captured": faster}

@@ -30,7 +30,7 @@ import torch
 # Past this many anchors no more events are recorded (the times stay).
 MAX_EVENTS = 50_000
 
-_state = {"depth": 0, "events": 0}
+_state = {"depth": 0, "events": 0, "quiet": 0}
 _models = []
 _model_index = {}
 _calls = []
@@ -52,6 +52,18 @@ def _event():
         return e
     except Exception:  # noqa: BLE001 - a clock must never stop the program
         return None
+
+
+class quiet:
+    """The synchronizes inside are fuseprof's own (the patch layer's numerics checks and timings
+    on a model's first call), not the program's: they are not recorded, so that they do not move
+    the patched side's loop bounds away from the baseline's."""
+
+    def __enter__(self):
+        _state["quiet"] += 1
+
+    def __exit__(self, *exc):
+        _state["quiet"] -= 1
 
 
 def _model_of(module):
@@ -102,7 +114,8 @@ def install():
 
     def synchronize(*args, **kwargs):
         out = original_sync(*args, **kwargs)
-        _syncs.append(time.perf_counter_ns())
+        if not _state["quiet"]:
+            _syncs.append(time.perf_counter_ns())
         return out
 
     torch.cuda.synchronize = synchronize
@@ -113,7 +126,7 @@ def install():
 
     def item(self):
         out = original_item(self)
-        if not torch.compiler.is_compiling() and self.is_cuda:
+        if not _state["quiet"] and not torch.compiler.is_compiling() and self.is_cuda:
             _syncs.append(time.perf_counter_ns())
         return out
 

@@ -691,6 +691,32 @@ class AnyModel(unittest.TestCase):
         self.assertEqual(ops.REFERENCE_CALLS, {})
 
 
+class StepClock(unittest.TestCase):
+    def test_the_patch_layers_own_synchronizes_are_not_the_programs(self):
+        """The numerics checks and timings of a model's first call synchronize; the step clock
+        must not take those for the program's, or the patched side's timed loop would start
+        after them and differ from the baseline's."""
+        import subprocess
+        import sys
+
+        code = ("import torch\n"
+                "torch.cuda.synchronize = lambda *a, **k: None  # no GPU here: a synchronize that returns\n"
+                "import fuseprof_steps, fuseprof_patch as fp\n"
+                "fuseprof_steps.install()\n"
+                "torch.cuda.synchronize()\n"
+                "with fuseprof_steps.quiet():\n"
+                "    torch.cuda.synchronize()\n"
+                "torch.cuda.is_available = torch.cuda.is_initialized = lambda: True\n"
+                "fp._captured_is_faster(torch.nn.Linear(4, 4), 'm', lambda x: x, lambda x: x, (torch.ones(4),), {})\n"
+                "torch.cuda.synchronize()\n"
+                "print(len(fuseprof_steps._syncs))\n")
+        here = os.path.dirname(os.path.abspath(fp.__file__))
+        env = dict(os.environ, PYTHONPATH=here, FUSEPROF_PATCH_CPP="0")
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.strip(), "2")
+
+
 class Compile(unittest.TestCase):
     def test_dynamo_traces_the_operators(self):
         """torch.compile captures the patched model with the fuseprof ops as graph nodes."""
