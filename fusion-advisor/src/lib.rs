@@ -507,6 +507,10 @@ pub fn advise_trace(trace: &OpTrace, cfg: &AdviseConfig) -> Result<Advice> {
                     rules::Verdict::Replace(r) => (Some(r), None),
                     rules::Verdict::NotProposed(why) => (None, Some(why)),
                 };
+                let mut m = m;
+                if let Some(from) = rules::context_from(&p.id) {
+                    m.positions.retain(|&(step, _)| step < from);
+                }
                 if let Some(s) = m.split_by {
                     replacement = None;
                     reason = Some(format!(

@@ -102,6 +102,17 @@ pub(crate) fn judge(pattern: &str, ctx: &Ctx) -> Verdict {
     }
 }
 
+/// The first step of a pattern whose ops only confirm the match (a shape the rule reads) and
+/// are not replaced: they are no part of the chain's time, and stay free for other chains.
+pub(crate) fn context_from(pattern: &str) -> Option<usize> {
+    match pattern {
+        // The op after the convolution tells its stride; the patch embedding replaces the
+        // convolution alone.
+        "patch_embed" => Some(1),
+        _ => None,
+    }
+}
+
 /// Product of all but the last dimension (the rows of a `[..., cols]` tensor).
 pub(crate) fn rows(d: &[i64]) -> i64 {
     d[..d.len().saturating_sub(1)].iter().product()
