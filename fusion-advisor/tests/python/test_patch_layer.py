@@ -636,6 +636,41 @@ class GraphMatcher(unittest.TestCase):
         found, _, _ = graph_matches(HandMha().eval(), torch.randn(2, 12, 64), pad, apply=no_fmha)
         self.assertEqual(dict(found), {})  # compiled: Inductor takes the captured path on both sides
 
+    def test_compiled_modes_hand_the_rewritten_graph_to_the_compiler(self):
+        """Under torch.compile's modes the backend rewrites the captured graph, then hands it to
+        Inductor, whose front end (AOTAutograd: functionalization, fake tensors) traces the
+        replacements as opaque operators. Here AOTAutograd's eager back end stands in for
+        Inductor's C++ code generation, which needs a compiler toolchain."""
+        reset()
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        model = HandBlock().eval()
+        model.__dict__["_fuseprof_seen"] = True  # compiled here, not wrapped at its first call
+        args = (torch.randn(2, 10, 96), torch.ones(2, 10, dtype=torch.bool))
+        fp.configure(enabled=False)
+        try:
+            with torch.inference_mode():
+                ref = model(*args)
+        finally:
+            fp.configure(enabled=True)
+        backend = fg.Backend("HandBlock", "default")
+        self.assertIsInstance(backend.inductor, torch._TorchCompileInductorWrapper)
+        handed = []
+        aot = torch._dynamo.lookup_backend("aot_eager")
+
+        def compiler(gm, example_inputs):
+            handed.append(sorted({n.target.__name__ for n in gm.graph.nodes if n.op == "call_function"
+                                  and getattr(n.target, "__module__", "") == "fuseprof_graph"}))
+            return aot(gm, example_inputs)
+
+        backend.inductor = compiler
+        with torch.inference_mode():
+            out = torch.compile(model, backend=backend)(*args)
+        self.assertTrue(handed)
+        self.assertEqual(handed[0], ["key_padding_row", "linear_residual", "ln_mlp_residual", "qkv_linear",
+                                     "sdpa_full"])
+        self.assertLess(fp.rel_err(out, ref), 1e-5)
+
     def test_autograd_leaves_the_graph_alone(self):
         model = HandBlock().train()
         torch._dynamo.reset()
