@@ -805,7 +805,12 @@ def wrap_model(model, name):
             capture = _enabled and bool(_apply & GRAPH_PATTERNS)
             state["fast"], state["backend"] = _fast_forward(model, name, original_forward, compile_mode, graphs,
                                                             capture)
-        if model.training and not compile_mode and not graphs:
+        if model.training and not compile_mode:
+            # Training runs the model's own forward: a CUDA graph of the forward alone replays no
+            # autograd, so its outputs could not be trained through.
+            if graphs:
+                _left_alone("training mode: a CUDA graph of the forward alone cannot train; the model runs its "
+                            "own forward", name)
             return original_forward(*args, **kwargs)
         if _enabled and not state["checked"] and not model.training:
             state["checked"] = True

@@ -691,6 +691,19 @@ class AnyModel(unittest.TestCase):
     outermost call: checked as a whole, its graph rewritten, and run unpatched when nothing in
     it was replaced."""
 
+    def test_training_under_cuda_graphs_runs_the_models_own_forward(self):
+        """A model in training mode, wrapped where CUDA graphs are asked for, still trains: its
+        own forward runs, and the report says why."""
+        reset()
+        os.environ["FUSEPROF_CUDA_GRAPHS"] = "1"
+        try:
+            model = fp.wrap_model(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()).train(), "net")
+        finally:
+            del os.environ["FUSEPROF_CUDA_GRAPHS"]
+        model(torch.randn(4, 8)).sum().backward()
+        self.assertIsNotNone(model[0].weight.grad)
+        self.assertTrue(any("cannot train" in why for why in fp.report()["left_alone"]), fp.report()["left_alone"])
+
     def test_first_outermost_call_wraps_the_model(self):
         reset()
         fp._patch_torch(torch)
