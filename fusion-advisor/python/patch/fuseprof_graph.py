@@ -32,6 +32,7 @@ import operator
 
 import torch
 import torch.nn.functional as F
+from torch._subclasses.fake_tensor import is_fake
 
 import fuseprof_patch as fp
 import fuseprof_patch_ops as ops
@@ -251,8 +252,6 @@ def _all_true(node, memo):
 
 def _concrete(*tensors):
     """True when every tensor is real (not a fake or functional tensor of a trace)."""
-    from torch._subclasses.fake_tensor import is_fake
-
     return all(not (torch.is_tensor(t) and is_fake(t)) for t in tensors) and not torch.compiler.is_compiling()
 
 
@@ -332,20 +331,10 @@ def patch_embed(site, layout, x, w, b):
     return _checked(site, "patch_embed", fused, reference, x, w, b)
 
 
-def key_padding_row(mask, b, n, dtype):
-    """The [B, N] additive key-padding mask of SDPA's [B or 1, 1, 1 or N, N] mask, which is the
-    same for every query (made once per forward and mask, shared by the layers)."""
-    row = mask[:, 0, 0, :]
-    if row.dtype == torch.bool:
-        row = torch.zeros(row.shape, dtype=dtype, device=mask.device).masked_fill(~row, torch.finfo(dtype).min)
-    return row.to(dtype).expand(b, n).contiguous()
-
-
-def pack_qkv(q, k, v):
-    """q, k, v [B, H, N, d] packed as the fMHA reads a QKV projection's output: [B*N, 3*H*d],
-    each row q | k | v with the heads inner."""
-    b, h, n, d = q.shape
-    return torch.cat([t.transpose(1, 2).reshape(b * n, h * d) for t in (q, k, v)], dim=-1)
+# The key-padding row and the packed QKV, made once per forward and shared by the layers (graph
+# nodes of their own).
+key_padding_row = ops.key_padding_row
+pack_qkv = ops.pack_qkv
 
 
 def qkv_linear(x, wq, bq, wk, bk, wv, bv):
@@ -383,9 +372,7 @@ def sdpa_window(site, scale, shape, qkv, add):
     s = d ** -0.5 if scale is None else scale
 
     def fused(qkv, add):
-        term = ops.padded_term(add.to(qkv.dtype).expand(add.shape[0], h, n, n))
-        out = torch.ops.fuseprof.window_attention(qkv.reshape(b * n, 3 * h * d), term, h, n, s)
-        return out.view(b, n, h, d).transpose(1, 2)
+        return ops.window_sdpa(qkv, add, shape, s)
 
     def reference(qkv, add):
         q, k, v = _unpack(qkv, b, h, n, d)

@@ -439,10 +439,7 @@ def _key_padding(mask, b, s, dtype):
         kept = getattr(mask, "_fuseprof_kpm", None)
         if kept is not None and kept[0] == key:
             return kept[1]
-    row = mask[:, 0, 0, :]
-    if row.dtype == torch.bool:
-        row = torch.zeros(b, s, dtype=dtype, device=mask.device).masked_fill(~row, torch.finfo(dtype).min)
-    row = row.to(dtype).contiguous()
+    row = ops.key_padding_row(mask, b, s, dtype)
     if cache:
         mask._fuseprof_kpm = (key, row)
     return row
@@ -587,15 +584,10 @@ def _sdpa_window_why(q, k, v, attn_mask, dropout_p, is_causal, extra):
 
 
 def _sdpa_window(q, k, v, attn_mask, scale):
-    """The window fMHA on q, k, v [B, H, N, d] with the additive term [M, 1 or H, N, N] (batch
-    entry i adds term i % M): q, k and v packed as the kernel reads a QKV projection's output,
-    the term laid out as attention_add lays it out; the output in SDPA's layout, a view of
-    [B, N, H, d]."""
-    b, h, n, d = q.shape
-    qkv = torch.cat([t.transpose(1, 2).reshape(b * n, h * d) for t in (q, k, v)], dim=-1)
-    add = ops.padded_term(attn_mask.to(q.dtype).expand(attn_mask.shape[0], h, n, n))
-    out = torch.ops.fuseprof.window_attention(qkv, add, h, n, d ** -0.5 if scale is None else scale)
-    return out.view(b, n, h, d).transpose(1, 2)
+    """The window fMHA on q, k, v [B, H, N, d] with the additive term [M, 1 or H, N, N], in
+    SDPA's layout."""
+    d = q.shape[-1]
+    return ops.window_sdpa(ops.pack_qkv(q, k, v), attn_mask, q.shape, d ** -0.5 if scale is None else scale)
 
 
 def _patch_sdpa():

@@ -346,6 +346,31 @@ def register():
     return DISPATCH
 
 
+def pack_qkv(q, k, v):
+    """q, k, v [B, H, N, d] packed as the fMHA reads a QKV projection's output: [B*N, 3*H*d],
+    each row q | k | v with the heads inner."""
+    b, h, n, d = q.shape
+    return torch.cat([t.transpose(1, 2).reshape(b * n, h * d) for t in (q, k, v)], dim=-1)
+
+
+def window_sdpa(qkv, add, shape, scale):
+    """The window fMHA on a packed QKV with SDPA's additive term [M, 1 or H, N, N] (batch entry
+    i adds term i % M), returned in SDPA's layout [B, H, N, d] (a view of [B, N, H, d])."""
+    b, h, n, d = shape
+    term = padded_term(add.to(qkv.dtype).expand(add.shape[0], h, n, n))
+    out = torch.ops.fuseprof.window_attention(qkv.reshape(b * n, 3 * h * d), term, h, n, scale)
+    return out.view(b, n, h, d).transpose(1, 2)
+
+
+def key_padding_row(mask, b, n, dtype):
+    """The [B, N] additive key-padding row of a [B or 1, 1, 1 or N, N] mask that is the same for
+    every query (boolean: True keeps a key)."""
+    row = mask[:, 0, 0, :]
+    if row.dtype == torch.bool:
+        row = torch.zeros(row.shape, dtype=dtype, device=mask.device).masked_fill(~row, torch.finfo(dtype).min)
+    return row.to(dtype).expand(b, n).contiguous()
+
+
 def padded_term(term):
     """An additive term [M, heads, N, N] in attention_add's layout: rows padded to a multiple of 8
     with -inf, so that the padding keys take no weight."""

@@ -435,6 +435,10 @@ import torchvision  # noqa: E402
 import fuseprof_graph as fg  # noqa: E402
 
 
+# The modules whose functions the graph matcher puts in a graph.
+REPLACEMENTS = ("fuseprof_graph", "fuseprof_patch_ops")
+
+
 def graph_matches(model, *args, apply=fp.PATTERNS, eager=False):
     """Captures model(*args) with TorchDynamo (the class patches off, so that the graph holds
     each library's own code), runs the graph matcher on it with every pattern, and returns
@@ -447,7 +451,7 @@ def graph_matches(model, *args, apply=fp.PATTERNS, eager=False):
     def backend(gm, example_inputs):
         fg.rewrite(gm, "model", set(apply), eager=eager)
         for node in gm.graph.nodes:
-            if node.op == "call_function" and getattr(node.target, "__module__", "") == "fuseprof_graph":
+            if node.op == "call_function" and getattr(node.target, "__module__", "") in REPLACEMENTS:
                 found[node.target.__name__] += 1
         return gm.forward
 
@@ -660,7 +664,7 @@ class GraphMatcher(unittest.TestCase):
 
         def compiler(gm, example_inputs):
             handed.append(sorted({n.target.__name__ for n in gm.graph.nodes if n.op == "call_function"
-                                  and getattr(n.target, "__module__", "") == "fuseprof_graph"}))
+                                  and getattr(n.target, "__module__", "") in REPLACEMENTS}))
             return aot(gm, example_inputs)
 
         backend.inductor = compiler
