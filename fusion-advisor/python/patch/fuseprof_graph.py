@@ -23,6 +23,17 @@ Computations replaced (pattern names as in fuseprof_patch):
   window_attention scaled_dot_product_attention on up to 64 tokens with an additive
                   [M, heads, N, N] term (a relative-position bias, with or without a window
                   mask): the window fMHA.
+  window_partition layer_norm over the channels of a [B, H, W, C] map (or of its [B, H*W, C]
+                  tokens), then roll(-s, -s) over H and W and zero padding to the window in
+                  either order where nothing is padded (roll first where something is), then the
+                  map cut into windows (view to [B, H/w, w, W/w, w, C], permute(0, 1, 3, 2, 4,
+                  5) or transpose(2, 3), any views after): LayerNorm + shift + partition in one
+                  pass.
+  window_reverse  the windows put back (view to [B, H/w, W/w, w, w, C], the same swap, view to
+                  the map), roll(s, s) and the padding cropped (either order where
+                  nothing is padded), then added to the block's input: reverse + shift +
+                  residual in one pass, with the next LayerNorm where one normalises the sum and
+                  the fused MLP does not take it.
 
 Every replaced site is checked on its first call outside capture and tracing against the
 computation it replaced (the report's "modules", named by the module path the call came from);
@@ -53,6 +64,8 @@ MATMUL = (operator.matmul, torch.matmul, torch.bmm)
 SOFTMAX = (F.softmax, torch.softmax)
 MUL = (operator.mul, torch.mul)
 DIV = (operator.truediv, torch.div)
+ROLL = (torch.roll,)
+PAD = (torch._C._nn.pad, F.pad)
 
 # The fMHA's longest sequence and its head sizes; the window kernel's longest sequence.
 FMHA_MAX_SEQ = 512
@@ -116,6 +129,75 @@ def _linear_parts(node):
     if not _fn(node, LINEAR):
         return None
     return node.args[0], _arg(node, 1, "weight"), _arg(node, 2, "bias")
+
+
+def _is_view(node):
+    """A call that keeps the values and their row-major order: contiguous, view, reshape."""
+    return _method(node, "contiguous", "view", "reshape") or _fn(node, RESHAPE)
+
+
+def _swaps_window_dims(node):
+    """True for permute(0, 1, 3, 2, 4, 5) or transpose(2, 3) of a 6-D tensor: the swap that
+    partitions a map into windows and puts windows back."""
+    v = _val(node)
+    if not _static(v) or v.dim() != 6:
+        return False
+    if _method(node, "permute") or _fn(node, PERMUTE):
+        dims = tuple(node.args[1]) if len(node.args) == 2 and isinstance(node.args[1], (list, tuple)) else tuple(
+            node.args[1:])
+        return tuple(d % 6 if isinstance(d, int) else d for d in dims) == (0, 1, 3, 2, 4, 5)
+    if _method(node, "transpose") or _fn(node, TRANSPOSE):
+        dims = node.args[1:3]
+        return len(dims) == 2 and all(isinstance(d, int) for d in dims) and sorted(d % 6 for d in dims) == [2, 3]
+    return False
+
+
+def _roll(node):
+    """(source, (shift over H, shift over W)) of torch.roll over dims 1 and 2 of a 4-D tensor, or
+    None."""
+    if not _fn(node, ROLL):
+        return None
+    shifts, dims = _arg(node, 1, "shifts"), _arg(node, 2, "dims")
+    shifts = tuple(shifts) if isinstance(shifts, (list, tuple)) else (shifts,)
+    dims = tuple(dims) if isinstance(dims, (list, tuple)) else (dims,)
+    v = _val(node)
+    if not _static(v) or v.dim() != 4 or len(shifts) != 2 or tuple(d % 4 for d in dims) != (1, 2) or not all(
+            isinstance(x, int) for x in shifts):
+        return None
+    return node.args[0], shifts
+
+
+def _map_pad(node):
+    """(source, (pad over H, pad over W)) of a constant zero padding of a 4-D [B, H, W, C] map at
+    its bottom and right, or None."""
+    if not _fn(node, PAD):
+        return None
+    pad, mode = _arg(node, 1, "pad"), _arg(node, 2, "mode", "constant")
+    value = _arg(node, 3, "value", None)
+    v = _val(node)
+    if not _static(v) or v.dim() != 4 or mode != "constant" or value not in (None, 0, 0.0) or not isinstance(
+            pad, (list, tuple)) or not all(isinstance(x, int) for x in pad):
+        return None
+    pad = tuple(pad) + (0,) * (6 - len(pad))
+    if len(pad) != 6 or pad[0] or pad[1] or pad[2] or pad[4] or pad[3] < 0 or pad[5] < 0:
+        return None
+    return node.args[0], (pad[5], pad[3])
+
+
+def _map_crop(node):
+    """(source, (H, W)) of x[:, :H, :W] (with or without a trailing `:`) on a 4-D map, or None."""
+    if not _fn(node, (operator.getitem,)) or not isinstance(node.args[1], tuple):
+        return None
+    idx = node.args[1]
+    full = slice(None, None, None)
+    if len(idx) not in (3, 4) or idx[0] != full or (len(idx) == 4 and idx[3] != full):
+        return None
+    if any(not isinstance(i, slice) or i.start not in (None, 0) or i.step not in (None, 1) for i in idx[1:3]):
+        return None
+    v = _val(node)
+    if not _static(v) or v.dim() != 4:
+        return None
+    return node.args[0], (v.shape[1], v.shape[2])
 
 
 def _attention_inputs(q, k, v):
@@ -329,6 +411,45 @@ def patch_embed(site, layout, x, w, b):
         return y.flatten(2).transpose(1, 2) if layout == "nlc" else y.permute(0, 2, 3, 1)
 
     return _checked(site, "patch_embed", fused, reference, x, w, b)
+
+
+def window_partition(site, window, shift, eps, bhwc, out_shape, x, g, beta):
+    """LayerNorm over the channels of x (the map [B, H, W, C], or its tokens), roll(-shift), zero
+    padding to the window and the map cut into windows, returned in the shape the model viewed
+    them in."""
+    def fused(x, g, beta):
+        y = torch.ops.fuseprof.ln_shift_partition(x.reshape(bhwc), g, beta, window, shift, eps)
+        return y.view(out_shape)
+
+    def reference(x, g, beta):
+        return ops.ref_ln_shift_partition(x.reshape(bhwc), g, beta, window, shift, eps).view(out_shape)
+
+    return _checked(site, "window_partition", fused, reference, x, g, beta)
+
+
+def window_reverse(site, window, shift, bhwc, windows, shortcut, ln=None):
+    """shortcut + the windows put back into the [B, H, W, C] map and rolled by +shift, in the
+    shortcut's shape; with ln = (gamma, beta, eps, shape), also the LayerNorm of the sum in that
+    shape."""
+    b, h, w, c = bhwc
+
+    def fused(windows, shortcut, *affine):
+        flat, short = windows.reshape(-1, window * window, c), shortcut.reshape(bhwc)
+        if ln is None:
+            return torch.ops.fuseprof.window_reverse_add(flat, short, window, shift).view(shortcut.shape)
+        out, normed = torch.ops.fuseprof.window_reverse_residual(flat, short, window, shift, *affine, ln[2])
+        return out.view(shortcut.shape), normed.view(ln[3])
+
+    def reference(windows, shortcut, *affine):
+        y = ops.reverse(windows.reshape(-1, window * window, c), window, b, h, w)
+        y = torch.roll(y, shifts=(shift, shift), dims=(1, 2)) if shift else y
+        out = shortcut + y.reshape(shortcut.shape)
+        if ln is None:
+            return out
+        return out, F.layer_norm(out, (c,), *affine, ln[2]).view(ln[3])
+
+    affine = () if ln is None else (ln[0], ln[1])
+    return _checked(site, "window_reverse", fused, reference, windows, shortcut, *affine)
 
 
 # The key-padding row and the packed QKV, made once per forward and shared by the layers (graph
@@ -897,6 +1018,169 @@ class _Rewriter:
                       a["out_proj_bias"], a["key_padding_mask"]), [])
         return True
 
+    def window_partition(self, p):
+        """LayerNorm + shift + window partition ending in the permute `p` (window_partition in the
+        module doc)."""
+        if not _swaps_window_dims(p):
+            return False
+        grid = p.args[0]
+        gv = _val(grid)
+        if not _is_view(grid) or len(grid.users) != 1 or not _static(gv) or gv.shape[2] != gv.shape[4]:
+            return False
+        b, nh, ws, nw, _, c = gv.shape
+        end = p
+        while len(end.users) == 1 and _is_view(next(iter(end.users))):
+            end = next(iter(end.users))
+        ev = _val(end)
+        if not _static(ev) or ev.shape[-1] != c:
+            return False
+        dead = [end]
+        node = end
+        while node is not p:
+            node = node.args[0]
+            dead.append(node)
+        dead.append(grid)
+        cur, order, shift, pad = grid.args[0], [], 0, (0, 0)
+        while True:
+            if not isinstance(cur, torch.fx.Node) or len(cur.users) != 1:
+                return False
+            rolled, padded = _roll(cur), _map_pad(cur)
+            if rolled is not None and "roll" not in order:
+                if rolled[1][0] != rolled[1][1] or not 0 <= -rolled[1][0] < ws:
+                    return False
+                shift = -rolled[1][0]
+                order.append("roll")
+                dead.append(cur)
+                cur = rolled[0]
+            elif padded is not None and "pad" not in order:
+                pad = padded[1]
+                order.append("pad")
+                dead.append(cur)
+                cur = padded[0]
+            elif _is_view(cur) and "view" not in order:
+                order.append("view")
+                dead.append(cur)
+                cur = cur.args[0]
+            else:
+                break
+        if not _fn(cur, LAYER_NORM):
+            return False
+        ln = cur
+        x, shape, g, beta = ln.args[0], _arg(ln, 1, "normalized_shape"), _arg(ln, 2, "weight"), _arg(ln, 3, "bias")
+        eps = _arg(ln, 4, "eps", 1e-5)
+        xv = _val(x)
+        h, w = nh * ws - pad[0], nw * ws - pad[1]
+        label = f"window partition {b}x{h}x{w}x{c}, window {ws}"
+        if tuple(shape) != (c,) or g is None or beta is None or not _static(xv) or xv.numel() != b * h * w * c \
+                or xv.shape[-1] != c or xv.shape[0] != b:
+            return False
+        if "view" in order and order.index("view") != len(order) - 1:
+            return False  # a view of the map between the shift and the padding
+        if shift and any(pad) and order.index("roll") < order.index("pad"):
+            self.left_alone(end, f"{label}: padded before the shift (the kernel shifts, then pads)")
+            return False
+        why = _tensor_why(xv)
+        if why:
+            self.left_alone(end, f"{label}: {why}")
+            return False
+        self.replace(end, "window_partition", window_partition,
+                     (ws, shift, float(eps), (b, h, w, c), tuple(ev.shape), x, g, beta), dead[1:] + [ln])
+        return True
+
+    def window_reverse(self, add):
+        """Window reverse + shift + residual ending in the residual `add` (window_reverse in the
+        module doc), with the next LayerNorm where one normalises the sum."""
+        for side in (0, 1):
+            if self._window_reverse(add, side):
+                return True
+        return False
+
+    def _window_reverse(self, add, side):
+        cur, dead = _up(add.args[side])
+        dead = list(dead)
+        r = add.args[1 - side]
+        av, rv = _val(add), _val(r)
+        if not isinstance(r, torch.fx.Node) or not _static(av) or not _static(rv) or tuple(av.shape) != tuple(
+                rv.shape):
+            return False
+        order, shift, crop = [], 0, None
+        while not _swaps_window_dims(cur):
+            if not isinstance(cur, torch.fx.Node) or len(cur.users) != 1:
+                return False
+            rolled, cropped = _roll(cur), _map_crop(cur)
+            if rolled is not None and "roll" not in order:
+                if rolled[1][0] != rolled[1][1] or rolled[1][0] < 0:
+                    return False
+                shift = rolled[1][0]
+                order.append("roll")
+                dead.append(cur)
+                cur = rolled[0]
+            elif cropped is not None and "crop" not in order:
+                crop = cropped[1]
+                order.append("crop")
+                dead.append(cur)
+                cur = cropped[0]
+            elif _is_view(cur):
+                dead.append(cur)
+                cur = cur.args[0]
+            else:
+                return False
+        p = cur
+        if len(p.users) != 1:
+            return False
+        grid = p.args[0]
+        gv = _val(grid)
+        if not _is_view(grid) or len(grid.users) != 1 or not _static(gv) or gv.shape[3] != gv.shape[4]:
+            return False
+        b, nh, nw, ws, _, c = gv.shape
+        hp, wp = nh * ws, nw * ws
+        h, w = crop if crop is not None else (hp, wp)
+        windows = grid.args[0]
+        wv = _val(windows)
+        label = f"window reverse {b}x{h}x{w}x{c}, window {ws}"
+        if not _static(wv) or wv.numel() != b * hp * wp * c or wv.shape[-1] != c or rv.numel() != b * h * w * c or \
+                rv.shape[-1] != c or shift >= ws or h > hp or w > wp or hp - h >= ws or wp - w >= ws:
+            return False
+        if shift and (h, w) != (hp, wp) and order.index("crop") < order.index("roll"):
+            self.left_alone(add, f"{label}: shifted before the padding is cropped (the kernel crops, then shifts)")
+            return False
+        why = _tensor_why(rv) or _tensor_why(wv)
+        if why:
+            self.left_alone(add, f"{label}: {why}")
+            return False
+        dead += [p, grid]
+        ln = self._normalised_after(add, c)
+        args = (ws, shift, (b, h, w, c), windows, r)
+        if ln is None:
+            self.replace(add, "window_reverse", window_reverse, args, dead)
+            return True
+        norm, g, beta, eps = ln
+        new = self.replace(add, "window_reverse", window_reverse,
+                           args + ((g, beta, float(eps), tuple(_val(norm).shape)),), dead)
+        with self.graph.inserting_after(new):
+            out = self.graph.call_function(operator.getitem, (new, 0))
+            normed = self.graph.call_function(operator.getitem, (new, 1))
+        out.meta, normed.meta = dict(new.meta), dict(norm.meta)
+        new.replace_all_uses_with(out, delete_user_cb=lambda u: u not in (out, normed))
+        norm.replace_all_uses_with(normed)
+        self.graph.erase_node(norm)
+        return True
+
+    def _normalised_after(self, add, c):
+        """(the layer_norm node, weight, bias, eps) where one LayerNorm over the channels reads the
+        sum (directly or through one view); else None. The MLPs are matched before: a LayerNorm
+        the fused MLP took is gone."""
+        found = []
+        for u in add.users:
+            for n in [u] + (list(u.users) if _is_view(u) else []):
+                if _fn(n, LAYER_NORM) and tuple(_arg(n, 1, "normalized_shape")) == (c,) and \
+                        _arg(n, 2, "weight") is not None and _arg(n, 3, "bias") is not None:
+                    found.append(n)
+        if len(found) != 1:
+            return None
+        norm = found[0]
+        return norm, _arg(norm, 2, "weight"), _arg(norm, 3, "bias"), _arg(norm, 4, "eps", 1e-5)
+
     def mha_eager(self, m):
         """A multi_head_attention_forward call the fMHA did not take, back on nn.MultiheadAttention's
         eager fast path where that path would take it (self-attention, even heads)."""
@@ -925,6 +1209,8 @@ class _Rewriter:
                 self.attention(node)
             elif _fn(node, CONV2D) and "patch_embed" in apply:
                 self.patch_embed(node)
+            elif _swaps_window_dims(node) and "window_partition" in apply:
+                self.window_partition(node)
             elif (_fn(node, MATMUL) or _method(node, "matmul")) and (
                     "full_attention" in apply or "window_attention" in apply):
                 self.attention_written_out(node)
@@ -934,6 +1220,12 @@ class _Rewriter:
                     continue
                 if "gemm_residual" in apply:
                     self.gemm_residual(node)
+        # After the MLPs: a LayerNorm the fused MLP takes is not fused into the window reverse.
+        if "window_reverse" in apply:
+            for node in list(self.graph.nodes):
+                if not getattr(node, "_erased", False) and _fn(node, ADD) and len(node.args) == 2 and \
+                        not node.kwargs:
+                    self.window_reverse(node)
         if "gemm_padded" in apply:
             for node in list(self.graph.nodes):
                 if _fn(node, LINEAR):

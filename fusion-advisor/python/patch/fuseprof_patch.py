@@ -11,12 +11,14 @@ Environment:
 
 Patterns, and what each replaces in inference (eval mode, no autograd recording, fp16/bf16 on
 CUDA); anything else runs the original code and is reported with the reason:
-  window_partition  timm SwinTransformerBlock: LayerNorm + shift + window partition.
+  window_partition  LayerNorm + shift + window partition (timm SwinTransformerBlock; elsewhere
+                    through the graph matcher).
   window_attention  timm SwinTransformerBlock: window attention with the relative-position bias
                     and shifted-window mask combined once per block; and any call of
                     F.scaled_dot_product_attention on sequences up to 64 tokens with an additive
                     [M, heads, N, N] term (Hugging Face's Swin passes bias and mask so).
-  window_reverse    timm SwinTransformerBlock: window reverse + shift + residual + next LayerNorm.
+  window_reverse    window reverse + shift + residual + next LayerNorm (timm
+                    SwinTransformerBlock; elsewhere through the graph matcher).
   full_attention    timm ViT Block and Hugging Face BertSelfAttention (key-padding mask; the
                     query, key and value weights concatenated once into one projection).
   gemm_residual     fc2 + bias + residual (Swin, ViT), BERT's output projections + residual

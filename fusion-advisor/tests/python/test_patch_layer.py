@@ -551,9 +551,19 @@ class GraphMatcher(unittest.TestCase):
         torch.manual_seed(0)
         swin = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, img_size=56, depths=(2,),
                                  num_heads=(3,), embed_dim=96)
-        # Written-out window attention (bias, then bias + shifted-window mask), MLP, patch embed.
+        # Written-out window attention (bias, then bias + shifted-window mask), LayerNorm + shift +
+        # partition, reverse + shift + residual, MLP, patch embed.
         self.check(swin, (torch.randn(2, 3, 56, 56),),
-                   {"attention_chain": 2, "ln_mlp_residual": 2, "patch_embed": 1}, {})
+                   {"attention_chain": 2, "window_partition": 2, "window_reverse": 2, "ln_mlp_residual": 2,
+                    "patch_embed": 1}, {})
+        # A map that is not a multiple of the window (15 x 15 tokens, window 7): timm shifts, then
+        # pads, as the kernel does.
+        torch.manual_seed(0)
+        padded = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, img_size=60, depths=(2,),
+                                   num_heads=(3,), embed_dim=96, strict_img_size=False)
+        self.check(padded, (torch.randn(2, 3, 60, 60),),
+                   {"attention_chain": 2, "window_partition": 2, "window_reverse": 2, "ln_mlp_residual": 2,
+                    "patch_embed": 1})
         vit = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, depth=2)
         self.check(vit, (torch.randn(2, 3, 32, 32),),
                    {"sdpa_full": 2, "linear_residual": 2, "ln_mlp_residual": 2, "patch_embed": 1}, {})
@@ -562,7 +572,23 @@ class GraphMatcher(unittest.TestCase):
         swin = torchvision.models.swin_transformer.SwinTransformer(patch_size=[4, 4], embed_dim=96, depths=[2],
                                                                    num_heads=[3], window_size=[7, 7])
         self.check(swin, (torch.randn(2, 3, 56, 56),),
-                   {"attention_chain": 2, "ln_mlp_residual": 2, "patch_embed": 1}, {})
+                   {"attention_chain": 2, "window_partition": 2, "window_reverse": 2, "ln_mlp_residual": 2,
+                    "patch_embed": 1}, {})
+        # A width the fused MLP is not built for: the window reverse takes the next LayerNorm.
+        narrow = torchvision.models.swin_transformer.SwinTransformer(patch_size=[4, 4], embed_dim=64, depths=[2],
+                                                                     num_heads=[2], window_size=[7, 7])
+        self.check(narrow, (torch.randn(2, 3, 56, 56),),
+                   {"attention_chain": 2, "window_partition": 2, "window_reverse": 2, "linear_residual": 2,
+                    "patch_embed": 1})
+        # torchvision pads, then shifts: where the map is padded, the shifted block is left alone
+        # with the reason (the unshifted one is taken).
+        padded = torchvision.models.swin_transformer.SwinTransformer(patch_size=[4, 4], embed_dim=96, depths=[2],
+                                                                     num_heads=[3], window_size=[7, 7])
+        found, err, alone = graph_matches(padded.eval(), torch.randn(2, 3, 60, 60))
+        self.assertEqual((found["window_partition"], found["window_reverse"]), (1, 1), alone)
+        self.assertLess(err, 1e-5)
+        self.assertTrue(any("padded before the shift" in why for why in alone), alone)
+        self.assertTrue(any("shifted before the padding is cropped" in why for why in alone), alone)
         vit = torchvision.models.VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2,
                                                    hidden_dim=64, mlp_dim=256)
         self.check(vit, (torch.randn(2, 3, 32, 32),), {"mha_self": 2, "linear_residual": 2, "patch_embed": 1}, {})
@@ -582,7 +608,8 @@ class GraphMatcher(unittest.TestCase):
         swin = transformers.SwinModel(transformers.SwinConfig(image_size=56, patch_size=4, embed_dim=96, depths=[2],
                                                               num_heads=[3], window_size=7))
         self.check(swin, (torch.randn(2, 3, 56, 56),),
-                   {"sdpa_window": 2, "qkv_linear": 2, "ln_mlp_residual": 2, "patch_embed": 1}, {})
+                   {"sdpa_window": 2, "qkv_linear": 2, "window_partition": 2, "window_reverse": 2,
+                    "ln_mlp_residual": 2, "patch_embed": 1}, {})
 
     def test_by_hand(self):
         keep = torch.ones(2, 10, dtype=torch.bool)
@@ -723,7 +750,7 @@ class AnyModel(unittest.TestCase):
             again = model(x)
         whole = fp.report()["models"]["SwinTransformer"]
         self.assertTrue(whole["passed"], whole)
-        self.assertEqual(whole["graph_rewrites"], 5, whole)
+        self.assertEqual(whole["graph_rewrites"], 9, whole)  # 2 blocks x 4, the patch embedding
         self.assertLess(fp.rel_err(again, out), 1e-5)
         self.assertGreater(ops.REFERENCE_CALLS["window_attention"], 0)
         self.assertFalse(hasattr(model.features, "_fuseprof_wrapped"))  # inner modules are not models
