@@ -1,6 +1,7 @@
 //! The expected time of a bundled kernel on a shape: its bytes and FLOPs against the device's
 //! ceilings (the floor), divided by the efficiency (floor / measured) that the same kernel reached
-//! in fuseprof's benchmark of record on the nearest benchmarked shape (`calibration.tsv`).
+//! in `fuseprof bench`'s own driver on the same layer at the nearest batch sizes
+//! (`calibration.tsv`, from the calibration run of record).
 
 use fuseprof_analyzer::headroom::{ceiling_for, Ceiling};
 use fuseprof_store::Device;
@@ -98,13 +99,53 @@ impl Kernel {
         }
     }
 
-    /// The calibration rows it is estimated from: its own family's, or for the patch
-    /// embedding (not benchmarked on its own) the padded GEMM's, a memory-bound linear with
-    /// as many rows.
-    fn calibrated_by(&self) -> &'static str {
-        match self {
-            Kernel::PatchEmbed { .. } => "padded_gemm",
-            other => other.family(),
+    /// Everything but the sizes that grow with the batch: calibration rows of the same
+    /// structure are the same kernel on the same layer at another batch size, and the time is
+    /// interpolated between them.
+    fn structure(&self) -> Vec<i64> {
+        match *self {
+            Kernel::WindowFmha {
+                heads,
+                seq,
+                head_dim,
+                ..
+            } => vec![heads, seq, head_dim],
+            Kernel::Fmha {
+                heads,
+                seq,
+                head_dim,
+                key_mask,
+                ..
+            } => vec![heads, seq, head_dim, key_mask as i64],
+            Kernel::LnPartition {
+                h, w, c, window, ..
+            } => vec![h, w, c, window],
+            Kernel::WindowReverse {
+                h,
+                w,
+                c,
+                window,
+                with_ln,
+                ..
+            } => vec![h, w, c, window, with_ln as i64],
+            Kernel::Gemm { n, k, .. }
+            | Kernel::GemmGelu { n, k, .. }
+            | Kernel::GemmResidual { n, k, .. } => vec![n, k],
+            // One GEMM whose rows grow with the batch, or a batch of small ones.
+            Kernel::PaddedGemm { batch, m, n, k, .. } => {
+                vec![n, k, if batch == 1 { 0 } else { m }]
+            }
+            Kernel::BiasResidual { cols, .. } => vec![cols],
+            Kernel::LnMlp { width, hidden, .. } => vec![width, hidden],
+            Kernel::PatchEmbed {
+                cin,
+                h,
+                w,
+                c,
+                patch,
+                patch_w,
+                ..
+            } => vec![cin, h, w, c, patch, patch_w],
         }
     }
 
@@ -239,15 +280,9 @@ pub struct CalibrationRow {
 }
 
 /// The device the calibration was measured on, and where its figures are.
-pub const CALIBRATION_DEVICE: &str = "NVIDIA H100 80GB HBM3";
-pub const CALIBRATION_SOURCE: &str = "kernels/bench/results/run13-h100/bench.json and \
-                                      kernels/bench/results/mlp-h100-2026-11-26/mlp.json";
-/// The benchmark files of record the calibration's rows come from (same device, driver, torch).
-#[cfg(test)]
-const CALIBRATION_FILES: [&str; 2] = [
-    "kernels/bench/results/run13-h100/bench.json",
-    "kernels/bench/results/mlp-h100-2026-11-26/mlp.json",
-];
+pub const CALIBRATION_DEVICE: &str = "NVIDIA H200";
+pub const CALIBRATION_SOURCE: &str =
+    "fusion-advisor/bench/results/calibration-h200-2026-11-28/calibration.json";
 
 fn param(params: &str, name: &str) -> Result<i64, String> {
     params
@@ -322,7 +357,7 @@ pub fn parse_calibration(text: &str) -> Result<Vec<CalibrationRow>, String> {
                 m: g("m")?,
                 n: g("n")?,
                 k: g("k")?,
-                pad_bytes: 0,
+                pad_bytes: g("pad_bytes").unwrap_or(0),
             },
             "bias_residual" => Kernel::BiasResidual {
                 rows: g("rows")?,
@@ -332,6 +367,15 @@ pub fn parse_calibration(text: &str) -> Result<Vec<CalibrationRow>, String> {
                 rows: g("rows")?,
                 width: g("width")?,
                 hidden: g("hidden")?,
+            },
+            "patch_embed" => Kernel::PatchEmbed {
+                b: g("b")?,
+                cin: g("cin")?,
+                h: g("h")?,
+                w: g("w")?,
+                c: g("c")?,
+                patch: g("ph")?,
+                patch_w: g("pw")?,
             },
             other => return Err(format!("calibration: unknown family {other:?}")),
         };
@@ -371,6 +415,12 @@ pub struct Expected {
 }
 
 /// Estimates `kernel` on the device with ceilings `target`.
+///
+/// On the calibration device the time is read off the calibration rows of the same structure
+/// (the same layer at other batch sizes): interpolated on log-log axes between the two rows
+/// whose floors bracket the shape's, at the largest row's efficiency above them, at the smallest
+/// row's time below them (a launch-bound size). Without such rows, the nearest row of the family
+/// (and build) by floor lends its efficiency. On another device the time scales with the floors.
 pub fn expected(kernel: &Kernel, target: &Ceiling, table: &[CalibrationRow]) -> Option<Expected> {
     let bench = builtin_ceiling(CALIBRATION_DEVICE)?;
     let floor = kernel.floor_s(2.0, target);
@@ -378,40 +428,89 @@ pub fn expected(kernel: &Kernel, target: &Ceiling, table: &[CalibrationRow]) -> 
     let family = || {
         table
             .iter()
-            .filter(|r| r.kernel.family() == kernel.calibrated_by())
+            .filter(|r| r.kernel.family() == kernel.family())
     };
     let same_build = family().any(|r| r.kernel.build() == kernel.build());
-    let (row, row_floor) = family()
-        .filter(|r| !same_build || r.kernel.build() == kernel.build())
+    let rows = || family().filter(|r| !same_build || r.kernel.build() == kernel.build());
+    let mut same: Vec<(&CalibrationRow, f64)> = rows()
+        .filter(|r| r.kernel.structure() == kernel.structure())
         .map(|r| (r, r.kernel.floor_s(2.0, &bench)))
-        .min_by(|a, b| {
-            let d = |f: f64| (f / here).ln().abs();
-            d(a.1).total_cmp(&d(b.1))
-        })?;
-    let efficiency = (row_floor / (row.ours_us * 1e-6)).min(1.0);
+        .collect();
+    same.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let (time_s, calibrated_on, size_ratio) = if let (Some(&(lo, lo_f)), Some(&(hi, hi_f))) =
+        (same.first(), same.last())
+    {
+        let us = |r: &CalibrationRow| r.ours_us * 1e-6;
+        let name = |r: &CalibrationRow| {
+            format!(
+                "{} ({}): {:.1} us",
+                r.bench_kernel, r.bench_shape, r.ours_us
+            )
+        };
+        if here <= lo_f {
+            (
+                us(lo),
+                format!("{}, the smallest of its layer", name(lo)),
+                lo_f / here,
+            )
+        } else if here >= hi_f {
+            (
+                us(hi) * here / hi_f,
+                format!("{}, the largest of its layer", name(hi)),
+                hi_f / here,
+            )
+        } else {
+            let i = same.partition_point(|&(_, f)| f < here).max(1);
+            let ((a, af), (b, bf)) = (same[i - 1], same[i]);
+            let t = if bf > af {
+                (here / af).ln() / (bf / af).ln()
+            } else {
+                0.0
+            };
+            let s = (us(a).ln() + t * (us(b).ln() - us(a).ln())).exp();
+            (
+                s,
+                format!("between {} and {}", name(a), name(b)),
+                if t < 0.5 { af / here } else { bf / here },
+            )
+        }
+    } else {
+        let (row, row_f) = rows()
+            .map(|r| (r, r.kernel.floor_s(2.0, &bench)))
+            .min_by(|a, b| {
+                let d = |f: f64| (f / here).ln().abs();
+                d(a.1).total_cmp(&d(b.1))
+            })?;
+        let efficiency = (row_f / (row.ours_us * 1e-6)).min(1.0);
+        (
+            here / efficiency,
+            format!(
+                "{} ({}): {:.1} us",
+                row.bench_kernel, row.bench_shape, row.ours_us
+            ),
+            row_f / here,
+        )
+    };
     let (bytes, flops) = kernel.cost(2.0);
     Some(Expected {
-        ns: floor / efficiency * 1e9,
+        // Faster than the floor where the calibration's data stayed in L2: kept as measured.
+        ns: time_s * floor / here * 1e9,
         bytes,
         flops,
         floor_ns: floor * 1e9,
-        efficiency,
-        calibrated_on: format!(
-            "{} ({}): {:.1} us",
-            row.bench_kernel, row.bench_shape, row.ours_us
-        ),
-        size_ratio: row_floor / here,
+        efficiency: (here / time_s).min(1.0),
+        calibrated_on,
+        size_ratio,
     })
 }
 
 /// The expected time of a GEMM epilogue replacing a recorded GEMM (`gemm_ns` per call) and
-/// the elementwise op after it. The GEMM itself is the same cuBLASLt GEMM, so its recorded time
-/// stands; what changes is the epilogue, whose cost does not follow the GEMM's efficiency:
-/// - bias + exact GELU: cuBLASLt's erf epilogue costs a fixed time per output element, taken
-///   from the benchmark's GEMM + bias + GELU minus the plain GEMM on the same shape;
-/// - bias + residual: the residual is read while the GEMM computes, so the time is the larger of
-///   the recorded GEMM and the GEMM's bytes plus the residual's at the memory efficiency of the
-///   vectorised bias + residual kernel on the nearest size.
+/// the elementwise op after it (bias + exact GELU, bias + residual). The GEMM itself is the same
+/// cuBLASLt GEMM, so its recorded time stands; the epilogue adds what it added in the
+/// calibration run: the epilogue's time minus the plain GEMM's on the same shape, interpolated
+/// between the batch sizes of the same layer (the same N and K, else every layer of the family)
+/// by output elements, proportional to them above the largest, as at the smallest below it;
+/// scaled to another device by its memory bandwidth (an epilogue moves bytes).
 pub fn expected_epilogue(
     kernel: &Kernel,
     gemm_ns: f64,
@@ -419,93 +518,77 @@ pub fn expected_epilogue(
     table: &[CalibrationRow],
 ) -> Option<Expected> {
     let bench = builtin_ceiling(CALIBRATION_DEVICE)?;
+    let dims = |k: &Kernel| match *k {
+        Kernel::GemmGelu { m, n, k } | Kernel::GemmResidual { m, n, k } => Some((m, n, k)),
+        _ => None,
+    };
+    let (m, n, k) = dims(kernel)?;
+    // (output elements, increment in seconds, the epilogue's row, the plain GEMM's row)
+    let mut pairs: Vec<(f64, f64, &CalibrationRow, &CalibrationRow)> = table
+        .iter()
+        .filter(|r| r.kernel.family() == kernel.family())
+        .filter_map(|e| {
+            let (em, en, ek) = dims(&e.kernel)?;
+            let p = table.iter().find(|p| {
+                p.kernel
+                    == Kernel::Gemm {
+                        m: em,
+                        n: en,
+                        k: ek,
+                    }
+            })?;
+            Some(((em * en) as f64, (e.ours_us - p.ours_us) * 1e-6, e, p))
+        })
+        .collect();
+    if pairs.iter().any(|p| p.2.kernel.structure() == vec![n, k]) {
+        pairs.retain(|p| p.2.kernel.structure() == vec![n, k]);
+    }
+    pairs.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (lo, hi) = (pairs.first()?, pairs.last()?);
+    let x = (m * n) as f64;
+    let (increment_s, from) = if x <= lo.0 {
+        (lo.1, format!("as at {}", pair_name(lo)))
+    } else if x >= hi.0 {
+        (hi.1 * x / hi.0, format!("scaled from {}", pair_name(hi)))
+    } else {
+        let i = pairs.partition_point(|p| p.0 < x).max(1);
+        let (a, b) = (&pairs[i - 1], &pairs[i]);
+        let t = if b.0 > a.0 {
+            (x / a.0).ln() / (b.0 / a.0).ln()
+        } else {
+            0.0
+        };
+        (
+            a.1 + t * (b.1 - a.1),
+            format!("between {} and {}", pair_name(a), pair_name(b)),
+        )
+    };
+    let increment_s = increment_s * bench.mem_bytes_per_s / target.mem_bytes_per_s;
+    // A negative increment (the epilogue's GEMM ran faster than the plain one) is not taken
+    // below half the recorded GEMM.
+    let ns = (gemm_ns + increment_s * 1e9).max(gemm_ns * 0.5);
     let (bytes, flops) = kernel.cost(2.0);
     let floor = kernel.floor_s(2.0, target);
-    let (increment_s, calibrated_on) = match *kernel {
-        Kernel::GemmGelu { m, n, .. } => {
-            let (gelu, plain) = table.iter().find_map(|g| {
-                let Kernel::GemmGelu {
-                    m: gm,
-                    n: gn,
-                    k: gk,
-                } = g.kernel
-                else {
-                    return None;
-                };
-                let p = table.iter().find(|p| {
-                    p.kernel
-                        == Kernel::Gemm {
-                            m: gm,
-                            n: gn,
-                            k: gk,
-                        }
-                })?;
-                Some((g, p))
-            })?;
-            let elems = |k: &Kernel| match *k {
-                Kernel::GemmGelu { m, n, .. } => (m * n) as f64,
-                _ => 1.0,
-            };
-            let per_elem_s = (gelu.ours_us - plain.ours_us) * 1e-6 / elems(&gelu.kernel);
-            (
-                per_elem_s * (m * n) as f64 * bench.mem_bytes_per_s / target.mem_bytes_per_s,
-                format!(
-                    "recorded GEMM {:.1} us + the erf-GELU epilogue at {:.2} ns per 1000 output \
-                     elements ({} {:.1} us - {} {:.1} us)",
-                    gemm_ns / 1e3,
-                    per_elem_s * 1e12,
-                    gelu.bench_kernel,
-                    gelu.ours_us,
-                    plain.bench_kernel,
-                    plain.ours_us
-                ),
-            )
-        }
-        Kernel::GemmResidual { m, n, k } => {
-            let read = Kernel::BiasResidual { rows: m, cols: n };
-            let here = read.floor_s(2.0, &bench);
-            let row = table
-                .iter()
-                .filter(|r| r.kernel.family() == "bias_residual")
-                .min_by(|a, b| {
-                    let d = |r: &CalibrationRow| (r.kernel.floor_s(2.0, &bench) / here).ln().abs();
-                    d(a).total_cmp(&d(b))
-                })?;
-            let eff = (row.kernel.floor_s(2.0, &bench) / (row.ours_us * 1e-6)).min(1.0);
-            let residual_bytes = (m * n) as f64 * 2.0;
-            let gemm_bytes = (m * k + n * k + m * n + n) as f64 * 2.0;
-            // The residual is read while the GEMM computes: it costs time only where the GEMM's
-            // bytes plus the residual's, at the memory efficiency the elementwise kernels reach,
-            // take longer than the recorded GEMM.
-            let memory_s = (gemm_bytes + residual_bytes) / target.mem_bytes_per_s / eff;
-            (
-                (memory_s - gemm_ns * 1e-9).max(0.0),
-                format!(
-                    "max(recorded GEMM {:.1} us, its {:.1} MB + the residual's {:.1} MB at {:.0}% \
-                     of the memory ceiling = {:.1} us; {} ({}): {:.1} us)",
-                    gemm_ns / 1e3,
-                    gemm_bytes / 1e6,
-                    residual_bytes / 1e6,
-                    eff * 100.0,
-                    memory_s * 1e6,
-                    row.bench_kernel,
-                    row.bench_shape,
-                    row.ours_us
-                ),
-            )
-        }
-        _ => return None,
-    };
-    let ns = gemm_ns + increment_s * 1e9;
     Some(Expected {
         ns,
         bytes,
         flops,
         floor_ns: floor * 1e9,
         efficiency: (floor * 1e9 / ns).min(1.0),
-        calibrated_on,
+        calibrated_on: format!(
+            "recorded GEMM {:.1} us {:+.2} us for the epilogue ({from})",
+            gemm_ns / 1e3,
+            increment_s * 1e6
+        ),
         size_ratio: 1.0,
     })
+}
+
+fn pair_name(p: &(f64, f64, &CalibrationRow, &CalibrationRow)) -> String {
+    format!(
+        "{} ({}): {:.1} us - {:.1} us",
+        p.2.bench_kernel, p.2.bench_shape, p.2.ours_us, p.3.ours_us
+    )
 }
 
 #[cfg(test)]
@@ -516,45 +599,65 @@ mod tests {
         parse_calibration(include_str!("calibration.tsv")).unwrap()
     }
 
-    /// Every calibration line is the benchmark of record's figure, not a typed-in one.
+    fn record() -> serde_json::Value {
+        let path = format!("{}/../{CALIBRATION_SOURCE}", env!("CARGO_MANIFEST_DIR"));
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+    }
+
+    /// A row of the calibration run as the estimator reads it.
+    fn kernel_of(row: &serde_json::Value) -> Kernel {
+        let mut p: Vec<String> = row["kernel_params"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        if row["family"] == "padded_gemm" {
+            // As the advisor's rule builds it (and calibration_tsv.py): N and K padded to 8.
+            let get = |n: &str| row["kernel_params"][n].as_i64().unwrap();
+            let (b, m, n, k) = (get("batch"), get("m"), get("n"), get("k"));
+            let weight = row["params"]["b_is_weight"].as_i64() == Some(1);
+            let mut pad = 0;
+            if up8(k) != k {
+                pad += b * m * (k + up8(k));
+            }
+            if !weight && (up8(k) != k || up8(n) != n) {
+                pad += b * (k * n + up8(k) * up8(n));
+            }
+            p = vec![
+                format!("batch={b}"),
+                format!("m={m}"),
+                format!("n={}", up8(n)),
+                format!("k={}", up8(k)),
+                format!("pad_bytes={}", 2 * pad),
+            ];
+        }
+        let line = format!(
+            "{}\t{}\t1\tx\ty",
+            row["family"].as_str().unwrap(),
+            p.join(" ")
+        );
+        parse_calibration(&line).unwrap().remove(0).kernel
+    }
+
+    /// Every calibration line is the run of record's figure, not a typed-in one.
     #[test]
     fn the_calibration_is_the_committed_benchmark() {
-        let mut rows = Vec::new();
-        for file in CALIBRATION_FILES {
-            let path = format!("{}/../{file}", env!("CARGO_MANIFEST_DIR"));
-            let bench: serde_json::Value =
-                serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-            rows.extend(bench["rows"].as_array().unwrap().iter().cloned());
-        }
-        let run13: serde_json::Value = serde_json::from_str(
-            &std::fs::read_to_string(format!(
-                "{}/../{}",
-                env!("CARGO_MANIFEST_DIR"),
-                CALIBRATION_FILES[0]
-            ))
-            .unwrap(),
-        )
-        .unwrap();
-        assert_eq!(
-            run13["info"]["device"].as_str(),
-            Some(CALIBRATION_DEVICE),
-            "{}",
-            run13["info"]
-        );
+        let run = record();
+        assert_eq!(run["device"].as_str(), Some(CALIBRATION_DEVICE));
+        let rows = run["rows"].as_array().unwrap();
         let t = table();
-        assert!(t.len() >= 22);
+        assert!(t.len() >= 140, "{}", t.len());
         for c in &t {
             let r = rows
                 .iter()
                 .find(|r| {
-                    r["kernel"] == c.bench_kernel.as_str() && r["shape"] == c.bench_shape.as_str()
+                    r["label"] == c.bench_kernel.as_str()
+                        && format!("batch {} {}", r["batch"], r["dtype"].as_str().unwrap())
+                            == c.bench_shape
                 })
-                .unwrap_or_else(|| {
-                    panic!(
-                        "{} / {} not in {CALIBRATION_FILES:?}",
-                        c.bench_kernel, c.bench_shape
-                    )
-                });
+                .unwrap_or_else(|| panic!("{} / {} not in the run", c.bench_kernel, c.bench_shape));
+            assert_eq!(kernel_of(r), c.kernel, "{}", c.bench_kernel);
             let us = r["ours_us"].as_f64().unwrap();
             assert!(
                 (us - c.ours_us).abs() < 5e-4,
@@ -567,9 +670,9 @@ mod tests {
 
     #[test]
     fn a_benchmarked_shape_is_expected_at_its_benchmarked_time() {
-        let h100 = builtin_ceiling(CALIBRATION_DEVICE).unwrap();
+        let h200 = builtin_ceiling(CALIBRATION_DEVICE).unwrap();
         for row in table() {
-            let e = expected(&row.kernel, &h100, &table()).unwrap();
+            let e = expected(&row.kernel, &h200, &table()).unwrap();
             assert!(
                 (e.ns / 1e3 - row.ours_us).abs() < 0.01 * row.ours_us,
                 "{}: {} vs {}",
@@ -581,41 +684,128 @@ mod tests {
         }
     }
 
+    /// Every kernel row of the calibration run, those the table holds and those it does not
+    /// (fp16 at batch 2, 8 and 128, and every bf16 row), is estimated within 25% of what the
+    /// driver measured, or within 3.5 us for a call under 15 us (at most 2% of the rows). An epilogue is estimated from the plain GEMM measured on its shape, as advise
+    /// estimates it from the GEMM a trace recorded.
+    #[test]
+    fn every_batch_size_and_both_dtypes_are_estimated_within_25_percent() {
+        let h200 = builtin_ceiling(CALIBRATION_DEVICE).unwrap();
+        let run = record();
+        let rows = run["rows"].as_array().unwrap();
+        let (mut checked, mut held_out, mut strict) = (0, 0, 0);
+        let mut worst = (0.0f64, String::new());
+        let mut bad = Vec::new();
+        // The plain GEMM calibrates the epilogues; advise never estimates one on its own.
+        for r in rows
+            .iter()
+            .filter(|r| r["status"] == "passed" && r["family"] != "gemm")
+        {
+            let kernel = kernel_of(r);
+            let measured = r["ours_us"].as_f64().unwrap() * 1e3;
+            let est = match kernel {
+                Kernel::GemmGelu { m, n, k } | Kernel::GemmResidual { m, n, k } => {
+                    let plain = rows
+                        .iter()
+                        .find(|p| {
+                            p["family"] == "gemm"
+                                && p["dtype"] == r["dtype"]
+                                && kernel_of(p) == Kernel::Gemm { m, n, k }
+                        })
+                        .unwrap();
+                    let gemm_ns = plain["ours_us"].as_f64().unwrap() * 1e3;
+                    expected_epilogue(&kernel, gemm_ns, &h200, &table()).unwrap()
+                }
+                _ => expected(&kernel, &h200, &table()).unwrap(),
+            };
+            let err = est.ns / measured - 1.0;
+            let what = format!(
+                "{} batch {} {}: expected {:.1} us, measured {:.1} us ({:+.0}%)",
+                r["label"].as_str().unwrap(),
+                r["batch"],
+                r["dtype"].as_str().unwrap(),
+                est.ns / 1e3,
+                measured / 1e3,
+                err * 100.0
+            );
+            if err.abs() > worst.0 {
+                worst = (err.abs(), what.clone());
+            }
+            if err.abs() > 0.25 {
+                strict += 1;
+                // Calls of a few microseconds: cuBLAS's algorithm for a small GEMM changes
+                // between neighbouring sizes and dtypes and moves the call by up to 3 us.
+                if measured >= 15e3 || (est.ns - measured).abs() > 3.5e3 {
+                    bad.push(what);
+                }
+            }
+            checked += 1;
+            let calibrating = [1, 4, 16, 32, 64, 256].contains(&r["batch"].as_i64().unwrap());
+            held_out += usize::from(r["dtype"] != "fp16" || !calibrating);
+        }
+        assert!(checked >= 450 && held_out >= 310, "{checked} {held_out}");
+        assert!(
+            bad.is_empty(),
+            "{} of {checked} outside 25%:\n{}",
+            bad.len(),
+            bad.join("\n")
+        );
+        assert!(strict * 50 <= checked, "{strict} of {checked} outside 25%");
+        eprintln!(
+            "{strict} of {checked} ({held_out} held out) outside 25%; worst: {}",
+            worst.1
+        );
+    }
+
     #[test]
     fn an_epilogue_costs_the_recorded_gemm_plus_its_increment() {
-        let h100 = builtin_ceiling(CALIBRATION_DEVICE).unwrap();
-        // On the calibration shape, GEMM + erf-GELU is the plain GEMM + the measured difference.
-        let k = Kernel::GemmGelu {
-            m: 8192,
-            n: 3072,
-            k: 768,
+        let h200 = builtin_ceiling(CALIBRATION_DEVICE).unwrap();
+        let t = table();
+        let us = |k: &Kernel| t.iter().find(|r| &r.kernel == k).unwrap().ours_us;
+        // On a calibrated shape, the epilogue is the plain GEMM + the measured difference, and
+        // a recorded GEMM twice as slow keeps the same increment.
+        for (m, n, k) in [(64 * 3136, 384, 96), (16 * 128, 768, 3072)] {
+            let epi = if n == 384 {
+                Kernel::GemmGelu { m, n, k }
+            } else {
+                Kernel::GemmResidual { m, n, k }
+            };
+            let plain = us(&Kernel::Gemm { m, n, k }) * 1e3;
+            let e = expected_epilogue(&epi, plain, &h200, &t).unwrap();
+            assert!(
+                (e.ns / 1e3 - us(&epi)).abs() < 0.01,
+                "{} vs {}",
+                e.ns,
+                us(&epi)
+            );
+            let slow = expected_epilogue(&epi, 2.0 * plain, &h200, &t).unwrap();
+            assert!((slow.ns - e.ns - plain).abs() < 1.0, "{} {}", slow.ns, e.ns);
+        }
+        // Between two batch sizes, between their increments.
+        let mid = Kernel::GemmGelu {
+            m: 8 * 3136,
+            n: 384,
+            k: 96,
         };
-        let e = expected_epilogue(&k, 58_688.0, &h100, &table()).unwrap();
-        assert!((e.ns - 106_080.0).abs() < 1.0, "{}", e.ns);
-        // A memory-bound GEMM pays for the residual read (231 MB at 86% of 3 TB/s: 90 us) ...
-        let r = Kernel::GemmResidual {
-            m: 200704,
-            n: 96,
-            k: 384,
+        let inc = |b: i64| {
+            let (m, n, k) = (b * 3136, 384, 96);
+            us(&Kernel::GemmGelu { m, n, k }) - us(&Kernel::Gemm { m, n, k })
         };
-        let e = expected_epilogue(&r, 80_000.0, &h100, &table()).unwrap();
-        assert!(e.ns > 88_000.0 && e.ns < 92_000.0, "{}", e.ns);
-        // ... a slower (compute-bound) one hides it.
-        let e = expected_epilogue(&r, 200_000.0, &h100, &table()).unwrap();
-        assert_eq!(e.ns, 200_000.0);
-        assert!(expected_epilogue(
-            &Kernel::BiasResidual { rows: 1, cols: 8 },
-            1.0,
-            &h100,
-            &table()
-        )
-        .is_none());
+        let e = expected_epilogue(&mid, 10_000.0, &h200, &t).unwrap();
+        let got = e.ns / 1e3 - 10.0;
+        assert!(
+            got >= inc(4).min(inc(16)) && got <= inc(4).max(inc(16)),
+            "{got}"
+        );
+        assert!(
+            expected_epilogue(&Kernel::BiasResidual { rows: 1, cols: 8 }, 1.0, &h200, &t).is_none()
+        );
     }
 
     #[test]
     fn a_faster_device_and_a_smaller_shape_are_expected_faster() {
-        let h100 = builtin_ceiling(CALIBRATION_DEVICE).unwrap();
-        let h200 = builtin_ceiling("NVIDIA H200").unwrap();
+        let h100 = builtin_ceiling("NVIDIA H100 80GB HBM3").unwrap();
+        let h200 = builtin_ceiling(CALIBRATION_DEVICE).unwrap();
         let k = Kernel::LnPartition {
             b: 64,
             h: 56,

@@ -865,8 +865,8 @@ pub fn advise_trace(trace: &OpTrace, cfg: &AdviseConfig) -> Result<Advice> {
         },
         step_gpu_ns,
         calibration: format!(
-            "{} on an {} (efficiency = time at the ceilings / measured time of the nearest \
-             benchmarked shape)",
+            "{} on an {} (each kernel's time interpolated between its layer's benchmarked batch \
+             sizes, scaled to this device by the ceilings)",
             estimate::CALIBRATION_SOURCE,
             estimate::CALIBRATION_DEVICE
         ),
