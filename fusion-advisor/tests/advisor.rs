@@ -331,8 +331,12 @@ fn a_window_attention_chain_is_proposed_with_its_shapes() {
 #[test]
 fn a_chain_split_by_an_unrelated_op_is_explained_not_proposed() {
     let dir = tempfile::tempdir().unwrap();
+    // The cat reads the scores (an op that reads none of the chain's tensors is stepped over).
     let mut ops = window_chain("32", H);
-    ops.insert(5, Op("aten::cat", "[[64, 3], [64, 3], []]", H, 5_000));
+    ops.insert(
+        5,
+        Op("aten::cat", "[[256, 12, 49, 49], [64, 3], []]", H, 5_000),
+    );
     let a = advise(&handmade(dir.path(), "split", &ops, true)).unwrap();
     assert!(a.proposals.is_empty(), "{}", summary(&a));
     let n = &a.not_proposed[0];
@@ -931,7 +935,8 @@ fn measured_savings_are_bounded_by_the_chain_and_say_what_they_use() {
 /// The window ops found in Swin-T as torchvision and Hugging Face write it, not only as timm
 /// does: Hugging Face's SDPA with the bias and shifted-window mask as one additive term goes to
 /// the window fMHA, its pad-then-roll partition and its reverse on [B, H*W, C] tokens to the
-/// window kernels; torchvision's window attention and its reverse, whose copy is a reshape.
+/// window kernels; torchvision's window attention, its partition (with the relative-position
+/// bias gathered between its LayerNorm and its padding) and its reverse, whose copy is a reshape.
 #[test]
 fn swin_window_ops_are_found_in_torchvision_and_hugging_face_swin() {
     let kinds = |rec: &str| -> Vec<(String, String)> {
@@ -957,6 +962,7 @@ fn swin_window_ops_are_found_in_torchvision_and_hugging_face_swin() {
     let tv = kinds("recordings/users/tv_swin_t.sqlite.gz");
     for want in [
         ("window_attention", "window_fmha"),
+        ("window_partition", "ln_partition"),
         ("window_reverse", "window_reverse"),
         ("fused_mlp", "ln_mlp"),
     ] {
