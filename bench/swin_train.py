@@ -4,9 +4,9 @@ weights and labels, fp16 autocast with a gradient scaler, SGD, batch 64.
     python3 bench/swin_train.py [--batch 64] [--steps 10] [--warmup 3]
 
 Each timed step (forward, backward, optimizer step) is an NVTX range named `step` ending with a
-synchronize. `fuseprof bench -- python3 bench/swin_train.py` runs it as it is and patched; the
-bundled kernels have no backward pass, so the patch layer leaves every module in training mode
-alone and says so.
+synchronize. `fuseprof bench --apply default -- python3 bench/swin_train.py` runs it as it is and
+patched: in training mode the patch layer's graph matcher replaces what it finds (every bundled
+kernel has a backward pass) and checks each site's gradients on its first call.
 """
 import argparse
 import time

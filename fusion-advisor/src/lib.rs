@@ -468,8 +468,9 @@ pub fn advise_trace(trace: &OpTrace, cfg: &AdviseConfig) -> Result<Advice> {
     let training = trace.has_backward;
     if training {
         notes.push(
-            "the run trains (backward ops were recorded): the bundled kernels have no backward \
-             pass, so no chain is proposed; they are listed as not proposed"
+            "the run trains (backward ops were recorded): the estimates cover forward passes \
+             (the bundled kernels' backward passes are not benchmarked yet), so no chain is \
+             proposed; they are listed as not proposed"
                 .into(),
         );
     }
@@ -520,7 +521,7 @@ pub fn advise_trace(trace: &OpTrace, cfg: &AdviseConfig) -> Result<Advice> {
                     ));
                 } else if training && replacement.is_some() {
                     replacement = None;
-                    reason = Some("training run: the bundled kernel has no backward pass".into());
+                    reason = Some("training run: the estimate covers the forward pass only".into());
                 }
                 let matched: Vec<&OpInstance> = m.positions.iter().map(|&(_, q)| ops[q]).collect();
                 let positions: Vec<usize> = m.positions.iter().map(|&(_, q)| stream[q]).collect();

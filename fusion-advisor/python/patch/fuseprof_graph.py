@@ -338,22 +338,39 @@ def _concrete(*tensors):
 
 
 def _checked(site, pattern, fused, reference, *args):
-    """fused(*args); its first concrete call at a site is compared with reference(*args)."""
+    """fused(*args); its first concrete call at a site is compared with reference(*args): the
+    output, and where autograd records, the gradient of every input that requires one for the
+    same random output gradient."""
     if site in fp.report()["modules"] or not _concrete(*args) or (
             torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
         return fused(*args)
     ref = reference(*args)
     out = fused(*args)
     err = fp.rel_err(out, ref)
-    fp.report()["modules"][site] = {"class": pattern, "rel_error": err, "passed": fp.passed(err)}
+    entry = {"class": pattern, "rel_error": err, "passed": fp.passed(err)}
+    wrt = [a for a in args if torch.is_tensor(a) and a.requires_grad]
+    if torch.is_grad_enabled() and wrt:
+        outs, refs = fp._tensors(out), fp._tensors(ref)
+        cotangents = [torch.randn_like(t) for t in outs]
+        got = torch.autograd.grad(outs, wrt, cotangents, retain_graph=True, allow_unused=True)
+        # retain_graph: the inputs are the model's intermediate values, whose own nodes the
+        # engine would release too.
+        want = torch.autograd.grad(refs, wrt, cotangents, retain_graph=True, allow_unused=True)
+        pairs = [(g, w) for g, w in zip(got, want) if w is not None]
+        grad_err = fp.rel_err(tuple(g if g is not None else torch.zeros_like(w) for g, w in pairs),
+                              tuple(w for _, w in pairs)) if pairs else 0.0
+        entry.update(grad_rel_error=grad_err, passed=entry["passed"] and fp.passed(grad_err))
+    fp.report()["modules"][site] = entry
     return out
 
 
 def _cached(owner, name, make, *sources):
     """A tensor derived from weights (a padded weight), kept on the first source tensor and remade
-    when any source changes; made afresh inside traces, where there is nothing to keep."""
-    if not _concrete(*sources):
-        return make()
+    when any source changes; made afresh inside traces, where there is nothing to keep, and on
+    each call where autograd records, so that the weights' gradients flow through it."""
+    if not _concrete(*sources) or (torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad for t in sources)):
+        return make()  # in a trace, or trained through: made in the graph, each call
     key = tuple((t.data_ptr(), t._version, t.dtype, tuple(t.shape)) for t in sources if t is not None)
     kept = getattr(owner, name, None)
     if kept is not None and kept[0] == key:
@@ -1239,14 +1256,14 @@ class _Rewriter:
 def rewrite(gm, model, apply, eager=False):
     """Replaces the computations of `apply` in a graph Dynamo captured; returns how many. `eager`:
     the graph will run as it is (no compiler after it)."""
-    # Autograd would need the kernels' backward passes: a graph captured while it records, with
-    # a parameter or input that requires grad, is left as it is.
-    if torch.is_grad_enabled():
-        for node in gm.graph.nodes:
-            v = _val(node) if node.op == "placeholder" else None
-            if torch.is_tensor(v) and v.requires_grad:
-                fp._left_alone("autograd is recording: the bundled kernels have no backward pass", model)
-                return 0
+    # Every replacement has a backward pass, but the fused MLP's recomputes fc1 and its GELU (the
+    # kernel keeps the hidden activations on chip): where autograd records, the MLP keeps its
+    # GEMMs.
+    if torch.is_grad_enabled() and "fused_mlp" in apply and any(
+            torch.is_tensor(_val(n)) and _val(n).requires_grad for n in gm.graph.nodes if n.op == "placeholder"):
+        apply = set(apply) - {"fused_mlp"}
+        fp._left_alone("fused_mlp while training: its backward would recompute fc1 and GELU; the MLP keeps its "
+                       "GEMMs", model)
     return _Rewriter(gm, model, apply, eager).run()
 
 

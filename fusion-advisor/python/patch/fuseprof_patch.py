@@ -47,8 +47,11 @@ module with parameters at its first outermost call are named (module paths in th
 checked as a whole, run through the graph matcher on the patched side, and compiled or graphed
 when asked.
 
-Training: none of the kernels has a backward pass. A module in training mode, or one called
-while autograd records, runs its original code and is reported as left alone.
+Training: every kernel has a backward pass (fuseprof_patch_ops). A model in training mode runs
+through the graph matcher in eager mode (the class patches take inference calls only; active
+dropout between a chain's ops keeps that chain as written); each replaced site's first call is
+checked on its output and on its inputs' and parameters' gradients. Under CUDA graphs a model in
+training mode runs its own forward (a graph of the forward alone replays no autograd).
 
 Numerics: the first call of every patched module runs the original code too, on the same
 inputs, and records ||patched - original|| / ||original||; the first call of each model compares
@@ -169,10 +172,8 @@ TANH_GELU = "exact GELU computed in its tanh form (cuBLASLt GELU epilogue)"
 
 def _inference_input(module, x):
     """Why the fused path cannot take this call (mode, autograd, device, dtype), or None."""
-    if module.training:
-        return "training mode: the bundled kernels have no backward pass"
-    if torch.is_grad_enabled() and x.requires_grad:
-        return "autograd is recording: the bundled kernels have no backward pass"
+    if module.training or (torch.is_grad_enabled() and x.requires_grad):
+        return "training mode: the class patches take inference calls; the graph matcher takes this one"
     return _device_dtype_why(x)
 
 
@@ -581,7 +582,7 @@ def _sdpa_window_why(q, k, v, attn_mask, dropout_p, is_causal, extra):
     if d not in (32, 64):
         return f"SDPA with head_dim {d}: the window fMHA is built for 32 and 64"
     if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
-        return "autograd is recording: the bundled kernels have no backward pass"
+        return "training mode: the class patches take inference calls; the graph matcher takes this one"
     return _device_dtype_why(q)
 
 
@@ -765,6 +766,30 @@ def _captured_is_faster(model, name, own, captured, args, kwargs, rounds=3):
     return faster
 
 
+def _check_training_call(model, name, original_forward, state, args, kwargs):
+    """The first training call, checked: the model's own forward (no patches, no autograd) and the
+    rewritten graph (autograd recording, so that each replaced site checks its gradients too) on
+    the same inputs and the same random numbers (dropout), both outside the program's random
+    stream, which the real call then uses as it would have."""
+    global _enabled
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() and torch.cuda.is_initialized() else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(0)
+        _enabled = False
+        try:
+            with torch.no_grad():
+                ref = original_forward(*args, **kwargs)
+        finally:
+            _enabled = True
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(0)
+        out = state["fast"](*args, **kwargs)
+    err = rel_err(out, ref)
+    _report["models"][name] = {"rel_error": err, "passed": passed(err), "training": True,
+                               "any_nan": any(bool(torch.isnan(t).any()) for t in _tensors(out)),
+                               "graph_rewrites": state["backend"].rewrites, "graph_kept": True}
+
+
 def wrap_model(model, name):
     """Names the model's modules, checks its first patched call against the unpatched model,
     and compiles or graphs it as the environment asks. Idempotent.
@@ -780,7 +805,7 @@ def wrap_model(model, name):
     compile_mode = os.environ.get("FUSEPROF_COMPILE", "")
     graphs = os.environ.get("FUSEPROF_CUDA_GRAPHS", "") == "1"
     original_forward = model.forward
-    state = {"checked": False, "fast": None, "backend": None}
+    state = {"checked": False, "train_checked": False, "fast": None, "backend": None}
 
     def forward(*args, **kwargs):
         global _forward_token
@@ -800,12 +825,19 @@ def wrap_model(model, name):
             state["fast"], state["backend"] = _fast_forward(model, name, original_forward, compile_mode, graphs,
                                                             capture)
         if model.training and not compile_mode:
-            # Training runs the model's own forward: a CUDA graph of the forward alone replays no
-            # autograd, so its outputs could not be trained through.
+            # A CUDA graph of the forward alone replays no autograd, so its outputs could not be
+            # trained through: under CUDA graphs training runs the model's own forward; in eager
+            # mode, the rewritten graph (every replacement has a backward pass).
             if graphs:
                 _left_alone("training mode: a CUDA graph of the forward alone cannot train; the model runs its "
                             "own forward", name)
-            return original_forward(*args, **kwargs)
+                return original_forward(*args, **kwargs)
+            if state["backend"] is None:
+                return original_forward(*args, **kwargs)
+            if _enabled and not state["train_checked"]:
+                state["train_checked"] = True
+                _check_training_call(model, name, original_forward, state, args, kwargs)
+            return state["fast"](*args, **kwargs)
         if _enabled and not state["checked"] and not model.training:
             state["checked"] = True
             _enabled = False

@@ -4,8 +4,8 @@ Dispatch: on CUDA, from C++ (fuseprof_torch_ops.cpp, compiled with g++ against t
 torch on first use and cached in FUSEPROF_CACHE or ~/.cache/fuseprof); where that cannot be
 built, the same schemas are defined here and call the kernels through fuseprof_kernels'
 ctypes bindings (`DISPATCH` says which). Every op has a fake implementation (torch.compile
-traces through it) and a CPU reference implementation in plain torch (what the CPU tests run,
-and the definition each CUDA kernel is checked against).
+traces through it), a CPU reference implementation in plain torch (what the CPU tests run,
+and the definition each CUDA kernel is checked against) and a backward pass in torch ops.
 """
 import hashlib
 import os
@@ -75,12 +75,17 @@ def ref_ln_shift_partition(x, gamma, beta, window, shift, eps):
     return partition(y, window).contiguous()
 
 
+def _wide(t):
+    """t in float32, or float64 where it is (the gradient checks)."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+
 def _attend(q, k, v, add, scale):
     """q, k, v: [B, H, N, d]; add: broadcastable to [B, H, N, N] or None."""
-    s = (q.float() @ k.float().transpose(-1, -2)) * scale
+    s = (_wide(q) @ _wide(k).transpose(-1, -2)) * scale
     if add is not None:
-        s = s + add.float()
-    return (s.softmax(-1) @ v.float()).to(q.dtype)
+        s = s + _wide(add)
+    return (s.softmax(-1) @ _wide(v)).to(q.dtype)
 
 
 def _split_qkv(qkv, heads, seq):
@@ -253,6 +258,197 @@ CUDA_PYTHON = {
 }
 
 
+# ---- backward passes: registered with torch.library.register_autograd --------------------------
+# Each saves its inputs (or an output) and nothing else: what it needs of the forward (LayerNorm's
+# row statistics, attention's probabilities, the MLP's hidden activations) is recomputed from them,
+# as FlashAttention recomputes its probabilities. Written in torch ops, so that autograd, CUDA
+# graphs and torch.compile's traced backward all take them.
+
+def _ln_backward(g, x, gamma, beta, eps):
+    """(dx, dgamma, dbeta) of LayerNorm over the last dimension, its statistics recomputed."""
+    c = x.shape[-1]
+    _, mean, rstd = torch.native_layer_norm(x, [c], gamma, beta, eps)
+    return torch.ops.aten.native_layer_norm_backward(g, x, [c], mean, rstd, gamma, beta, [True, True, True])
+
+
+def _unpartition(gw, window, shift, b, h, w):
+    """The adjoint of roll(-shift), zero padding and partition: the windows' gradient put back
+    into the [B, H, W, C] map."""
+    y = reverse(gw, window, b, h, w)
+    return torch.roll(y, shifts=(shift, shift), dims=(1, 2)) if shift else y
+
+
+def _repartition(g, window, shift):
+    """The adjoint of reverse, cropping and roll(+shift): the map's gradient cut into windows."""
+    return partition(torch.roll(g, shifts=(-shift, -shift), dims=(1, 2)) if shift else g, window).contiguous()
+
+
+def _setup_ln_shift_partition(ctx, inputs, output):
+    x, gamma, beta, window, shift, eps = inputs
+    ctx.save_for_backward(x, gamma, beta)
+    ctx.window, ctx.shift, ctx.eps = window, shift, eps
+
+
+def _backward_ln_shift_partition(ctx, g):
+    x, gamma, beta = ctx.saved_tensors
+    b, h, w, _ = x.shape
+    gy = _unpartition(g, ctx.window, ctx.shift, b, h, w)
+    dx, dgamma, dbeta = _ln_backward(gy.contiguous(), x, gamma, beta, ctx.eps)
+    return dx, dgamma, dbeta, None, None, None
+
+
+def _setup_window_reverse_add(ctx, inputs, output):
+    ctx.window, ctx.shift = inputs[2], inputs[3]
+
+
+def _backward_window_reverse_add(ctx, g):
+    return _repartition(g, ctx.window, ctx.shift), g, None, None
+
+
+def _setup_window_reverse_residual(ctx, inputs, output):
+    windows, shortcut, window, shift, gamma, beta, eps = inputs
+    ctx.save_for_backward(output[0], gamma, beta)
+    ctx.window, ctx.shift, ctx.eps = window, shift, eps
+
+
+def _backward_window_reverse_residual(ctx, g_out, g_ln):
+    out, gamma, beta = ctx.saved_tensors
+    dx, dgamma, dbeta = _ln_backward(g_ln.contiguous(), out, gamma, beta, ctx.eps)
+    g = g_out + dx
+    return _repartition(g, ctx.window, ctx.shift), g, None, None, dgamma, dbeta, None
+
+
+def _attention_backward(qkv, add, heads, seq, scale, g):
+    """(dqkv, d(add) summed over the entries that share each term) of softmax(q kᵀ·scale + add) v,
+    with the probabilities recomputed. add: None or broadcastable to [B, heads, seq, seq]."""
+    q, k, v, d = _split_qkv(qkv, heads, seq)
+    q, k, v = _wide(q), _wide(k), _wide(v)
+    s = (q @ k.transpose(-1, -2)) * scale
+    if add is not None:
+        s = s + add
+    p = s.softmax(-1)
+    do = _wide(g).reshape(q.shape[0], seq, heads, d).transpose(1, 2)
+    dv = p.transpose(-1, -2) @ do
+    dp = do @ v.transpose(-1, -2)
+    ds = p * (dp - (dp * p).sum(-1, keepdim=True))
+    dq = (ds @ k) * scale
+    dk = (ds.transpose(-1, -2) @ q) * scale
+    dqkv = torch.stack([dq, dk, dv], dim=2)  # [B, H, 3, N, d] -> rows q | k | v, heads inner
+    dqkv = dqkv.permute(0, 3, 2, 1, 4).reshape(qkv.shape).to(qkv.dtype)
+    return dqkv, ds
+
+
+def _setup_window_attention(ctx, inputs, output):
+    qkv, add, heads, seq, scale = inputs
+    ctx.save_for_backward(qkv, add)
+    ctx.heads, ctx.seq, ctx.scale = heads, seq, scale
+
+
+def _backward_window_attention(ctx, g):
+    qkv, add = ctx.saved_tensors
+    heads, seq = ctx.heads, ctx.seq
+    n_win = add.shape[0]
+    batch = qkv.numel() // qkv.shape[-1] // seq
+    term = _wide(add[..., :seq]).unsqueeze(0).expand(batch // n_win, n_win, heads, seq, seq)
+    dqkv, ds = _attention_backward(qkv, term.reshape(batch, heads, seq, seq), heads, seq, ctx.scale, g)
+    dadd = None
+    if ctx.needs_input_grad[1]:
+        # Window b adds term b % nW; the padding columns take no gradient.
+        dadd = ds.reshape(batch // n_win, n_win, heads, seq, seq).sum(0)
+        dadd = F.pad(dadd, (0, add.shape[-1] - seq)).to(add.dtype)
+    return dqkv, dadd, None, None, None
+
+
+def _setup_attention(ctx, inputs, output):
+    qkv, heads, seq, scale, kpm = inputs
+    ctx.save_for_backward(qkv, kpm)
+    ctx.heads, ctx.seq, ctx.scale = heads, seq, scale
+
+
+def _backward_attention(ctx, g):
+    qkv, kpm = ctx.saved_tensors
+    seq = ctx.seq
+    add = None if kpm is None else _wide(kpm).reshape(-1, 1, 1, seq)
+    dqkv, _ = _attention_backward(qkv, add, ctx.heads, seq, ctx.scale, g)
+    return dqkv, None, None, None, None  # a key-padding mask has no gradient
+
+
+def _linear_grads(g, x, weight, need_bias):
+    """(dx, dweight, dbias) of x Wᵀ (+ b) for the output's gradient g."""
+    g2, x2 = g.reshape(-1, g.shape[-1]), x.reshape(-1, x.shape[-1])
+    dx = (g2 @ weight).view(x.shape)
+    dw = g2.t() @ x2
+    return dx, dw, (g2.sum(0) if need_bias else None)
+
+
+def _setup_linear_residual(ctx, inputs, output):
+    x, weight, bias, residual = inputs
+    ctx.save_for_backward(x, weight)
+
+
+def _backward_linear_residual(ctx, g):
+    x, weight = ctx.saved_tensors
+    dx, dw, db = _linear_grads(g, x, weight, ctx.needs_input_grad[2])
+    return dx, dw, db, g
+
+
+def _setup_linear_gelu_tanh(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+
+def _backward_linear_gelu_tanh(ctx, g):
+    x, weight, bias = ctx.saved_tensors
+    h = F.linear(x, weight, bias)
+    dh = torch.ops.aten.gelu_backward(g, h, approximate="tanh")
+    return _linear_grads(dh, x, weight, ctx.needs_input_grad[2])
+
+
+def _setup_linear(ctx, inputs, output):
+    x, weight_padded, bias, n = inputs
+    ctx.save_for_backward(x, weight_padded)
+    ctx.has_bias = bias is not None
+
+
+def _backward_linear(ctx, g):
+    x, weight_padded = ctx.saved_tensors
+    n8, k8 = weight_padded.shape
+    k = x.shape[-1]
+    gp = F.pad(g, (0, n8 - g.shape[-1]))
+    xp = F.pad(x, (0, k8 - k)) if k != k8 else x
+    dxp, dw, db = _linear_grads(gp, xp, weight_padded, ctx.has_bias and ctx.needs_input_grad[2])
+    return dxp[..., :k], dw, db, None
+
+
+def _setup_ln_mlp_residual(ctx, inputs, output):
+    x, gamma, beta, eps, w1, b1, w2, b2 = inputs
+    ctx.save_for_backward(x, gamma, beta, w1, b1, w2)
+    ctx.eps = eps
+
+
+def _backward_ln_mlp_residual(ctx, g):
+    x, gamma, beta, w1, b1, w2 = ctx.saved_tensors
+    xn = F.layer_norm(x, (x.shape[-1],), gamma, beta, ctx.eps)
+    h = F.linear(xn, w1, b1)
+    da, dw2, db2 = _linear_grads(g, F.gelu(h), w2, True)
+    dh = torch.ops.aten.gelu_backward(da, h)
+    dxn, dw1, db1 = _linear_grads(dh, xn, w1, True)
+    dx, dgamma, dbeta = _ln_backward(dxn.contiguous(), x, gamma, beta, ctx.eps)
+    return g + dx, dgamma, dbeta, None, dw1, db1, dw2, db2
+
+
+AUTOGRAD = {
+    "ln_shift_partition": (_backward_ln_shift_partition, _setup_ln_shift_partition),
+    "window_attention": (_backward_window_attention, _setup_window_attention),
+    "attention": (_backward_attention, _setup_attention),
+    "window_reverse_residual": (_backward_window_reverse_residual, _setup_window_reverse_residual),
+    "linear_residual": (_backward_linear_residual, _setup_linear_residual),
+    "linear_gelu_tanh": (_backward_linear_gelu_tanh, _setup_linear_gelu_tanh),
+    "linear": (_backward_linear, _setup_linear),
+    "window_reverse_add": (_backward_window_reverse_add, _setup_window_reverse_add),
+    "ln_mlp_residual": (_backward_ln_mlp_residual, _setup_ln_mlp_residual),
+}
+
+
 # ---- registration ---------------------------------------------------------------------------
 
 def _cache_dir():
@@ -343,6 +539,8 @@ def register():
     for name in SCHEMAS:
         torch.library.impl(f"fuseprof::{name}", "CPU")(REFERENCES[name])
         torch.library.register_fake(f"fuseprof::{name}")(FAKES[name])
+        backward, setup = AUTOGRAD[name]
+        torch.library.register_autograd(f"fuseprof::{name}", backward, setup_context=setup)
     return DISPATCH
 
 
