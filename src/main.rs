@@ -357,6 +357,15 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print the shell completion script for fuseprof's commands and options.
+    #[command(after_help = "Examples:\n  \
+        fuseprof completions bash > ~/.local/share/bash-completion/completions/fuseprof\n  \
+        fuseprof completions zsh > ~/.zfunc/_fuseprof      # with fpath+=~/.zfunc\n  \
+        fuseprof completions fish > ~/.config/fish/completions/fuseprof.fish")]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
 }
 
 /// Derives what `fuseprof tui` reads at open (the timeline's whole-run summary, the whole-run
@@ -454,6 +463,19 @@ fn main() -> ExitCode {
 
 fn run(command: Command) -> Result<ExitCode> {
     match command {
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            use std::io::Write;
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "fuseprof", &mut script);
+            match std::io::stdout().write_all(&script) {
+                // A reader that stopped early (`| head`) wanted no more.
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                    return Err(e).context("cannot write the completion script");
+                }
+                _ => {}
+            }
+        }
         Command::Collect {
             output,
             force,

@@ -366,3 +366,32 @@ fn ranks_of_one_job_import_into_one_run_and_analyze_per_rank() {
         .collect();
     assert_eq!(left.len(), 2, "{left:?}");
 }
+
+#[test]
+fn version_and_completions_for_each_shell() {
+    let o = fuseprof(&["--version"]);
+    assert!(o.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).trim(),
+        format!("fuseprof {}", env!("CARGO_PKG_VERSION"))
+    );
+    for (shell, marker) in [
+        ("bash", "complete -F _fuseprof"),
+        ("zsh", "#compdef fuseprof"),
+        ("fish", "complete -c fuseprof"),
+    ] {
+        let o = fuseprof(&["completions", shell]);
+        assert!(o.status.success(), "{shell}: {}", stderr(&o));
+        let script = String::from_utf8_lossy(&o.stdout);
+        assert!(script.contains(marker), "{shell}: no {marker:?}");
+        // Every subcommand is completed.
+        for sub in [
+            "collect", "import", "analyze", "advise", "bench", "report", "tui",
+        ] {
+            assert!(script.contains(sub), "{shell}: no {sub}");
+        }
+    }
+    let o = fuseprof(&["completions", "tcsh"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("possible values"), "{}", stderr(&o));
+}
