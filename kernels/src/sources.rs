@@ -1,6 +1,6 @@
 //! The CUDA sources under `src/cu/`, embedded at build time: one `.cu` file per kernel family
 //! and the `.cuh` headers they include. Nothing here runs on a GPU; the runtime compiles a
-//! [`Source`](crate::runtime::Source) when a launcher first needs one of its kernels.
+//! `runtime::Source` when a launcher first needs one of its kernels.
 
 /// `fmha_short.cu`: attention over at most 64 tokens (Swin windows): `fmha_fwd_window`,
 /// `fmha_fwd_short`, `fmha_add_combine`.

@@ -167,6 +167,9 @@ struct PagesAndSql {
     sql: u64,
 }
 
+/// `meta` keys that belong to the store itself (the writer refuses them as a run's facts).
+pub(crate) const RESERVED_META: [&str; 2] = ["format", "schema_version"];
+
 /// A table as the page scans expect it and the bulk writer writes it: its columns in order,
 /// the first the rowid.
 pub(crate) struct Table {
@@ -617,7 +620,7 @@ impl Store {
         )?;
         Ok(rows
             .into_iter()
-            .filter(|(k, _)| !crate::writer::RESERVED_META.contains(&k.as_str()))
+            .filter(|(k, _)| !RESERVED_META.contains(&k.as_str()))
             .collect())
     }
 

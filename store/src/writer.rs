@@ -22,13 +22,11 @@ use sqlx::{ConnectOptions, Connection, SqliteConnection};
 
 use crate::model::*;
 use crate::raw;
-use crate::reader::{Table, API_CALLS, FLOWS, KERNELS, MEMOPS, RANGES, STRINGS};
+use crate::reader::{Table, API_CALLS, FLOWS, KERNELS, MEMOPS, RANGES, RESERVED_META, STRINGS};
 use crate::{Error, Result};
 use btree::{Geometry, PageFile, PairIndex, PrefixIndex, Record, TableTree};
 
 const BATCH_RECORDS: usize = 16 * 1024;
-/// `meta` keys that belong to the store itself.
-pub(crate) const RESERVED_META: [&str; 2] = ["format", "schema_version"];
 const CHANNEL_BATCHES: usize = 4;
 
 /// How many records of each kind a writer took, and when they lie.

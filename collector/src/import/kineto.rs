@@ -6,6 +6,7 @@
 //! borrowed from the bytes where they carry no escapes, and each element of `traceEvents` is
 //! handed to the writer as soon as it is parsed, so no event list is ever built.
 
+mod document;
 mod feed;
 mod inflate;
 mod scan;
@@ -192,7 +193,7 @@ fn import_with(
             };
             Feed::memory(&raw, map, window)
         };
-        scan::parse(&mut feed, &mut sink)
+        document::parse(&mut feed, &mut sink)
     });
     match parsed {
         Ok(()) => {}
