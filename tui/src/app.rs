@@ -183,6 +183,19 @@ pub struct Row {
 }
 
 impl App {
+    /// The rows of the current hotspot table, or None while the analysis runs.
+    pub(crate) fn hot_rows(&mut self) -> Option<crate::rows::HotTable> {
+        let a = self.runs[0].analysis(self.step)?;
+        let h = &self.hot;
+        Some(crate::rows::hot_table(
+            &a.analysis,
+            h.table,
+            &h.filter,
+            h.sort,
+            h.ascending,
+        ))
+    }
+
     pub fn new(cfg: TuiConfig) -> Result<App> {
         let mut runs = Vec::new();
         for p in &cfg.runs {
@@ -1010,8 +1023,8 @@ impl App {
             .iter()
             .position(|&t| t == self.hot.table)
             .unwrap_or(0);
-        let rows = crate::ui::hot_rows(self).map_or(0, |t| t.rows.len());
-        let cols = crate::ui::hot_columns(self.hot.table).len();
+        let rows = self.hot_rows().map_or(0, |t| t.rows.len());
+        let cols = crate::rows::hot_columns(self.hot.table).len();
         match k.code {
             KeyCode::Char('l') | KeyCode::Right => {
                 self.hot.table = TABLES[(i + 1) % 5];
@@ -1038,7 +1051,7 @@ impl App {
             KeyCode::Char('r') => self.hot.ascending = !self.hot.ascending,
             KeyCode::Char('f') => self.input = Some(Input::Filter(self.hot.filter.clone())),
             KeyCode::Enter => {
-                let Some(t) = crate::ui::hot_rows(self) else {
+                let Some(t) = self.hot_rows() else {
                     self.message = "the analysis is not ready yet".into();
                     return;
                 };
@@ -1056,7 +1069,7 @@ impl App {
         let Some(a) = self.runs[0].analysis(self.step) else {
             return;
         };
-        let visible = crate::ui::tree_rows(&a.tree, &self.tree.expanded);
+        let visible = crate::rows::tree_rows(&a.tree, &self.tree.expanded);
         let Some(&(node, _)) = visible.get(self.tree.cursor) else {
             self.tree.cursor = 0;
             return;

@@ -45,6 +45,7 @@ mod details;
 mod error;
 pub mod format;
 pub mod model;
+mod rows;
 pub mod run;
 pub mod summary;
 mod term;

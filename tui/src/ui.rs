@@ -1,9 +1,7 @@
 //! Drawing: one function per view, all reading [`App`]. The timeline asks each visible lane
 //! for one aggregate per column ([`RunState::cells`]), so a frame costs what the screen holds.
 
-use std::collections::HashSet;
-
-use fuseprof_analyzer::{Class, GroupBy, OpNodeKind, OpTree};
+use fuseprof_analyzer::{Class, GroupBy, OpNodeKind};
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
 use ratatui::text::{Line, Span as TSpan};
@@ -13,6 +11,7 @@ use ratatui::Frame;
 use crate::app::{App, Input, View};
 use crate::format::{count, dur, fit, nice_step, short_kernel, tick};
 use crate::model::*;
+use crate::rows;
 use crate::run::{AdviceState, AnalysisState};
 
 /// Smallest terminal the explorer draws in.
@@ -468,201 +467,6 @@ fn draw_details(f: &mut Frame, app: &App, area: Rect, full: bool) {
     );
 }
 
-/// A hotspot table as drawn: rows filtered and sorted.
-pub struct HotTable {
-    pub rows: Vec<HotRow>,
-}
-
-pub struct HotRow {
-    pub cells: Vec<String>,
-    pub nums: Vec<f64>,
-    /// The name the row's instances are found by, and its shapes (shape table).
-    pub key: String,
-    pub detail: Option<String>,
-}
-
-pub fn hot_columns(t: GroupBy) -> Vec<&'static str> {
-    match t {
-        GroupBy::Op => vec![
-            "op",
-            "self",
-            "total",
-            "%",
-            "instances",
-            "kernels",
-            "mean self",
-        ],
-        GroupBy::Shape => vec![
-            "op",
-            "shapes",
-            "self",
-            "%",
-            "instances",
-            "kernels",
-            "mean self",
-        ],
-        GroupBy::Module => vec!["module", "self", "total", "%", "kernels", "launches"],
-        GroupBy::Kernel => vec!["kernel", "class", "total", "%", "count", "mean", "max"],
-        GroupBy::Class => vec!["class", "total", "%", "count", "mean"],
-    }
-}
-
-/// The rows of the current hotspot table, or None while the analysis runs.
-pub fn hot_rows(app: &mut App) -> Option<HotTable> {
-    let a = app.runs[0].analysis(app.step)?;
-    let a = &a.analysis;
-    let ms = |ns: i64| dur(ns);
-    let mut rows: Vec<HotRow> = match app.hot.table {
-        GroupBy::Op => a
-            .by_op
-            .iter()
-            .map(|r| HotRow {
-                cells: vec![
-                    r.name.clone(),
-                    ms(r.self_ns),
-                    ms(r.total_ns),
-                    format!("{:.1}", r.pct),
-                    count(r.instances),
-                    count(r.kernels),
-                    dur(r.mean_self_ns as i64),
-                ],
-                nums: vec![
-                    0.0,
-                    r.self_ns as f64,
-                    r.total_ns as f64,
-                    r.pct,
-                    r.instances as f64,
-                    r.kernels as f64,
-                    r.mean_self_ns,
-                ],
-                key: r.name.clone(),
-                detail: None,
-            })
-            .collect(),
-        GroupBy::Shape => a
-            .by_shape
-            .iter()
-            .map(|r| HotRow {
-                cells: vec![
-                    r.name.clone(),
-                    r.dims.clone().unwrap_or_default(),
-                    ms(r.self_ns),
-                    format!("{:.1}", r.pct),
-                    count(r.instances),
-                    count(r.kernels),
-                    dur(r.mean_self_ns as i64),
-                ],
-                nums: vec![
-                    0.0,
-                    0.0,
-                    r.self_ns as f64,
-                    r.pct,
-                    r.instances as f64,
-                    r.kernels as f64,
-                    r.mean_self_ns,
-                ],
-                key: r.name.clone(),
-                detail: r.dims.clone(),
-            })
-            .collect(),
-        GroupBy::Module => a
-            .by_module
-            .iter()
-            .map(|r| HotRow {
-                cells: vec![
-                    r.path.clone(),
-                    ms(r.self_ns),
-                    ms(r.total_ns),
-                    format!("{:.1}", r.pct),
-                    count(r.kernels),
-                    count(r.launches),
-                ],
-                nums: vec![
-                    0.0,
-                    r.self_ns as f64,
-                    r.total_ns as f64,
-                    r.pct,
-                    r.kernels as f64,
-                    r.launches as f64,
-                ],
-                key: r.path.clone(),
-                detail: None,
-            })
-            .collect(),
-        GroupBy::Kernel => a
-            .by_kernel
-            .iter()
-            .map(|r| HotRow {
-                cells: vec![
-                    short_kernel(&r.name),
-                    r.class.as_str().into(),
-                    ms(r.total_ns),
-                    format!("{:.1}", r.pct),
-                    count(r.count),
-                    dur(r.mean_ns as i64),
-                    dur(r.max_ns),
-                ],
-                nums: vec![
-                    0.0,
-                    0.0,
-                    r.total_ns as f64,
-                    r.pct,
-                    r.count as f64,
-                    r.mean_ns,
-                    r.max_ns as f64,
-                ],
-                key: r.name.clone(),
-                detail: None,
-            })
-            .collect(),
-        GroupBy::Class => a
-            .by_class
-            .iter()
-            .map(|r| HotRow {
-                cells: vec![
-                    r.class.as_str().into(),
-                    ms(r.total_ns),
-                    format!("{:.1}", r.pct),
-                    count(r.count),
-                    dur(r.mean_ns as i64),
-                ],
-                nums: vec![0.0, r.total_ns as f64, r.pct, r.count as f64, r.mean_ns],
-                key: r.class.as_str().into(),
-                detail: None,
-            })
-            .collect(),
-    };
-    if !app.hot.filter.is_empty() {
-        let f = app.hot.filter.to_lowercase();
-        rows.retain(|r| {
-            r.cells
-                .iter()
-                .take(2)
-                .any(|c| c.to_lowercase().contains(&f))
-                || r.key.to_lowercase().contains(&f)
-        });
-    }
-    // Sort column 0 (the default) keeps the analyzer's order; others sort by value.
-    let col = app.hot.sort;
-    if col > 0 {
-        rows.sort_by(|a, b| {
-            let o = if a.nums[col] == 0.0 && b.nums[col] == 0.0 {
-                a.cells[col].cmp(&b.cells[col])
-            } else {
-                a.nums[col].total_cmp(&b.nums[col])
-            };
-            if app.hot.ascending {
-                o
-            } else {
-                o.reverse()
-            }
-        });
-    } else if app.hot.ascending {
-        rows.reverse();
-    }
-    Some(HotTable { rows })
-}
-
 /// `fuseprof advise` on the first run: the proposals ranked by saving, with what `bench`
 /// measured, and the selected one's chain, estimate and call.
 fn draw_advisor(f: &mut Frame, app: &mut App, area: Rect) {
@@ -877,11 +681,11 @@ fn draw_hotspots(f: &mut Frame, app: &mut App, area: Rect) {
         ]),
         head,
     );
-    let Some(table) = hot_rows(app) else {
+    let Some(table) = app.hot_rows() else {
         pending(f, app, body, "hotspot tables");
         return;
     };
-    let cols = hot_columns(app.hot.table);
+    let cols = rows::hot_columns(app.hot.table);
     let numeric = cols.len()
         - if app.hot.table == GroupBy::Shape || app.hot.table == GroupBy::Kernel {
             2
@@ -950,27 +754,6 @@ fn draw_hotspots(f: &mut Frame, app: &mut App, area: Rect) {
     f.render_widget(Paragraph::new(lines), body);
 }
 
-/// The visible rows of the tree: (node, depth), depth-first through expanded nodes.
-pub fn tree_rows(tree: &OpTree, expanded: &HashSet<usize>) -> Vec<(usize, usize)> {
-    let mut out = Vec::new();
-    if tree.nodes.is_empty() {
-        return out;
-    }
-    let mut stack: Vec<(usize, usize)> = tree.nodes[0]
-        .children
-        .iter()
-        .rev()
-        .map(|&c| (c, 0))
-        .collect();
-    while let Some((n, d)) = stack.pop() {
-        out.push((n, d));
-        if expanded.contains(&n) {
-            stack.extend(tree.nodes[n].children.iter().rev().map(|&c| (c, d + 1)));
-        }
-    }
-    out
-}
-
 fn draw_tree(f: &mut Frame, app: &mut App, area: Rect) {
     let [head, body] = Layout::vertical([Constraint::Length(2), Constraint::Min(1)]).areas(area);
     f.render_widget(
@@ -987,7 +770,7 @@ fn draw_tree(f: &mut Frame, app: &mut App, area: Rect) {
         pending(f, app, body, "operator tree");
         return;
     };
-    let rows = tree_rows(&a.tree, &app.tree.expanded);
+    let rows = rows::tree_rows(&a.tree, &app.tree.expanded);
     if app.tree.cursor >= rows.len() {
         app.tree.cursor = rows.len().saturating_sub(1);
     }
