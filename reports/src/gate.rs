@@ -577,7 +577,7 @@ fn evaluate_rule(
                 let shown: Vec<String> = names
                     .iter()
                     .take(3)
-                    .map(|n| crate::html::short(n, 60))
+                    .map(|n| crate::text::short(n, 60))
                     .collect();
                 m.push_str(&format!(": {}", shown.join("; ")));
                 if names.len() > 3 {

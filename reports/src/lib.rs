@@ -18,11 +18,13 @@
 //! ```
 
 pub mod chrome;
+mod data;
 mod error;
 pub mod gate;
 pub mod history;
 pub mod html;
 pub mod report;
 pub mod summary;
+mod text;
 
 pub use error::{Error, Result};

@@ -6,11 +6,12 @@ use std::collections::{HashMap, HashSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use fuseprof_analyzer::{Analysis, AnalyzeConfig, Diff};
-use fuseprof_fusion_advisor::{Advice, AdviseConfig};
-use fuseprof_store::{Device, RunInfo, Store};
+use fuseprof_analyzer::{Analysis, AnalyzeConfig};
+use fuseprof_fusion_advisor::AdviseConfig;
+use fuseprof_store::Store;
 
-use crate::gate::{self, Baseline, Gate, GateResult, StepComparison};
+pub use crate::data::{BaselineData, ReportData, StepTimeline, MIN_MATCH_PCT};
+use crate::gate::{self, Baseline, Gate, GateResult};
 use crate::history::HistoryRun;
 use crate::{Error, Result};
 
@@ -29,46 +30,6 @@ pub struct ReportConfig {
     pub junit: Option<PathBuf>,
     /// Earlier runs for the trend chart, oldest first (from [`crate::history`]).
     pub history: Option<Vec<HistoryRun>>,
-}
-
-/// The part of the baseline comparison the page shows.
-#[derive(Clone, Debug)]
-pub struct BaselineData {
-    pub name: String,
-    pub analysis: Analysis,
-    pub diff: Diff,
-    pub steps: StepComparison,
-    /// Share of the baseline's op (or kernel) time whose names this run also has, percent.
-    pub matched_pct: f64,
-}
-
-/// One step of the run on the GPU: which stream ran what, when.
-#[derive(Clone, Debug)]
-pub struct StepTimeline {
-    pub step: Option<usize>,
-    /// `GPU d stream s`, by row.
-    pub rows: Vec<String>,
-    /// (row, start ns from the window's start, end ns, class).
-    pub spans: Vec<(usize, i64, i64, String)>,
-    pub window_ns: i64,
-}
-
-/// Everything the page shows.
-#[derive(Clone, Debug)]
-pub struct ReportData {
-    pub file: String,
-    pub run: RunInfo,
-    pub devices: Vec<Device>,
-    pub meta: Vec<(String, String)>,
-    pub analysis: Analysis,
-    pub timeline: Option<StepTimeline>,
-    /// The advice, or why there is none.
-    pub advice: std::result::Result<Advice, String>,
-    pub baseline: Option<BaselineData>,
-    pub gate: Option<GateResult>,
-    pub noise_sigmas: f64,
-    pub history: Option<Vec<HistoryRun>>,
-    pub warnings: Vec<String>,
 }
 
 /// What a report run found, for the binary's exit code and messages.
@@ -145,9 +106,6 @@ pub fn matched_pct(base: &Analysis, run: &Analysis) -> f64 {
     let hit: i64 = b.iter().filter(|x| names.contains(&x.0)).map(|x| x.1).sum();
     hit as f64 * 100.0 / total as f64
 }
-
-/// Below this share of matching op time, the baseline is called another model.
-pub const MIN_MATCH_PCT: f64 = 50.0;
 
 /// Gathers everything the page shows.
 pub fn gather(cfg: &ReportConfig) -> Result<ReportData> {

@@ -3,8 +3,8 @@
 
 use std::fmt::Write;
 
-use crate::html::short;
-use crate::report::ReportData;
+use crate::data::ReportData;
+use crate::text::short;
 
 /// Escapes text for a Markdown table cell.
 fn md(s: &str) -> String {
@@ -105,7 +105,7 @@ pub fn markdown(d: &ReportData) -> String {
 }
 
 fn xml(s: &str) -> String {
-    crate::html::esc(s)
+    crate::text::esc(s)
 }
 
 /// One test suite, one test case per gate rule (a failure per broken rule). Without a gate,

@@ -454,29 +454,6 @@ impl History {
     }
 }
 
-/// `ns` since the Unix epoch as `YYYY-MM-DD HH:MM UTC`.
-pub fn utc_text(ns: i64) -> String {
-    let secs = ns.div_euclid(1_000_000_000);
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = if m <= 2 { y + 1 } else { y };
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02} UTC",
-        rem / 3600,
-        (rem % 3600) / 60
-    )
-}
-
 /// The `history` table: one line per run, oldest first, with the change from the previous.
 pub fn render_text(runs: &[HistoryRun]) -> String {
     use std::fmt::Write;
@@ -501,8 +478,8 @@ pub fn render_text(runs: &[HistoryRun]) -> String {
         let _ = writeln!(
             o,
             "{:<20} {:<34} {:>6} {:>12.3} {:>8.2} {:>8}  {}",
-            utc_text(r.recorded_unix_ns),
-            crate::html::short(&r.file, 34),
+            crate::text::utc_text(r.recorded_unix_ns),
+            crate::text::short(&r.file, 34),
             r.steps,
             r.step_gpu_median_ns / 1e6,
             cv,

@@ -7,37 +7,11 @@ pub mod charts;
 
 use std::fmt::Write;
 
+use crate::data::{ReportData, MIN_MATCH_PCT};
 use crate::gate::StepComparison;
-use crate::report::{ReportData, MIN_MATCH_PCT};
+use crate::text::{esc, short};
 use crate::Result;
 use charts::{RoofPoint, Span};
-
-/// HTML-escapes text (also for attribute values).
-pub fn esc(s: &str) -> String {
-    let mut o = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => o.push_str("&amp;"),
-            '<' => o.push_str("&lt;"),
-            '>' => o.push_str("&gt;"),
-            '"' => o.push_str("&quot;"),
-            '\'' => o.push_str("&#39;"),
-            c if (c as u32) < 0x20 && c != '\n' && c != '\t' => o.push(' '),
-            c => o.push(c),
-        }
-    }
-    o
-}
-
-/// `s` cut to `max` characters with an ellipsis.
-pub fn short(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        return s.to_string();
-    }
-    let mut o: String = s.chars().take(max.saturating_sub(1)).collect();
-    o.push('…');
-    o
-}
 
 fn ms(ns: f64) -> String {
     format!("{:.3}", ns / 1e6)
@@ -241,7 +215,7 @@ fn gate_section(h: &mut String, d: &ReportData) {
 }
 
 fn unix_date(ns: i64) -> String {
-    crate::history::utc_text(ns)
+    crate::text::utc_text(ns)
 }
 
 fn run_section(h: &mut String, d: &ReportData) {
