@@ -1,38 +1,12 @@
 //! Hotspots: where the GPU time goes, by op type, op type + input shapes, module, kernel and
 //! class, and what happens between kernels (idle GPU, launch-bound stretches).
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
-
 use serde::{Deserialize, Serialize};
 
 use crate::attribution::{Item, FLAG_GRAPH, FLAG_NEW_LAUNCH};
 use crate::classify::Class;
+use crate::fxmap::FxMap;
 use crate::ops::{Names, Role, Tree, NONE};
-
-/// A small, fast hasher for integer keys (FxHash's mixing); the keys come from our own tables,
-/// not from an adversary.
-#[derive(Default)]
-pub(crate) struct Fx(u64);
-
-impl Hasher for Fx {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(b as u64);
-        }
-    }
-    fn write_u32(&mut self, i: u32) {
-        self.write_u64(i as u64);
-    }
-    fn write_u64(&mut self, i: u64) {
-        self.0 = (self.0.rotate_left(5) ^ i).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-}
-
-pub(crate) type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<Fx>>;
 
 /// Gaps longer than this are the host doing something else (data loading, a sync), not launch
 /// overhead: they count as idle but do not make a stretch launch-bound.

@@ -35,6 +35,7 @@ mod attribution;
 pub mod classify;
 pub mod diff;
 mod error;
+mod fxmap;
 pub mod headroom;
 pub mod hotspots;
 pub mod op_tree;
@@ -66,7 +67,8 @@ pub use steps::StepSource;
 pub use trace::{op_trace, GpuRecord, OpInstance, OpTrace};
 
 use attribution::{Item, FLAG_NO_LAUNCH, KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET};
-use hotspots::{Acc, FxMap};
+use fxmap::FxMap;
+use hotspots::Acc;
 use ops::{Names, TreeBuilder, NONE};
 
 /// The version of the JSON document; bumped when a field changes meaning or goes away.

@@ -8,7 +8,8 @@ use serde::Serialize;
 
 use crate::attribution::Item;
 use crate::classify::Class;
-use crate::hotspots::{Accumulated, FxMap};
+use crate::fxmap::FxMap;
+use crate::hotspots::Accumulated;
 use crate::ops::{Names, Role, Tree, NONE};
 use crate::{analyze_inner, Analysis, AnalyzeConfig, Result, Rules};
 use fuseprof_store::Store;

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::hotspots::FxMap;
+use crate::fxmap::FxMap;
 
 /// Range-name parsing lives in the store crate, shared with the collector's ingest.
 pub use fuseprof_store::{parse_range_name, ParsedName};

@@ -170,7 +170,7 @@ fn swin_report_shows_proposals_with_expected_and_measured_savings() {
     let run = edited_copy(SWIN, "swin_benched.sqlite", "SELECT 1");
     let bench: serde_json::Value = serde_json::from_slice(
         &std::fs::read(fuseprof_fixtures::path(
-            "recordings/swin_t_infer_modules.bench.json",
+            "bench/swin_t_infer_modules.json",
         ))
         .unwrap(),
     )
@@ -727,7 +727,7 @@ fn swin_page_for_browser() -> PathBuf {
     let run = slower_swin();
     let bench: serde_json::Value = serde_json::from_slice(
         &std::fs::read(fuseprof_fixtures::path(
-            "recordings/swin_t_infer_modules.bench.json",
+            "bench/swin_t_infer_modules.json",
         ))
         .unwrap(),
     )
