@@ -169,10 +169,7 @@ fn swin_report_shows_proposals_with_expected_and_measured_savings() {
     // `fuseprof bench` does.
     let run = edited_copy(SWIN, "swin_benched.sqlite", "SELECT 1");
     let bench: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(fuseprof_fixtures::path(
-            "bench/swin_t_infer_modules.json",
-        ))
-        .unwrap(),
+        &std::fs::read(fuseprof_fixtures::path("bench/swin_t_infer_modules.json")).unwrap(),
     )
     .unwrap();
     let results: Vec<fuseprof_store::BenchResult> = bench["rows"]
@@ -726,10 +723,7 @@ fn run_chromium(bin: &Path, page: &Path, extra: &[&str]) -> (String, String) {
 fn swin_page_for_browser() -> PathBuf {
     let run = slower_swin();
     let bench: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(fuseprof_fixtures::path(
-            "bench/swin_t_infer_modules.json",
-        ))
-        .unwrap(),
+        &std::fs::read(fuseprof_fixtures::path("bench/swin_t_infer_modules.json")).unwrap(),
     )
     .unwrap();
     let results: Vec<fuseprof_store::BenchResult> = bench["rows"]
