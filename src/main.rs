@@ -65,7 +65,7 @@ enum Command {
         fuseprof collect --capture cudaProfilerApi -- torchrun --nproc_per_node 2 train.py\n\n\
         Child processes (DataLoader workers, torchrun ranks, scripts that start python) are\n\
         traced into the same run. The tracer library libfuseprof_tracer.so is looked for in\n\
-        $FUSEPROF_TRACER, then next to the fuseprof executable.")]
+        $FUSEPROF_TRACER, then next to the fuseprof executable, then in ../lib/fuseprof beside it.")]
     Collect {
         /// The run file to write.
         #[arg(short, long, default_value = "run.sqlite")]
