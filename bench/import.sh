@@ -11,7 +11,7 @@
 # Usage: bench/import.sh [COPIES [NSYS_COPIES]]
 #   (defaults 420 -> 2.02 M Kineto events, 64 -> 2.06 M nsys events; 2100 -> 10.1 M Kineto)
 #
-# bench/import.sh ranks [RANKS [COPIES]]: one job's ranks in one import (issue 21): RANKS
+# bench/import.sh ranks [RANKS [COPIES]]: one job's ranks in one import: RANKS
 # Kineto traces (default 2) of COPIES copies of the HTA rank traces' steps each (default 200:
 # about 0.95 M events, 320 MB a rank), imported together on one core (taskset -c 0) and on two
 # (taskset -c 0,1); each row is the best wall time of REPEAT runs (default 3).
