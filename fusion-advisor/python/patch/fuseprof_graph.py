@@ -351,7 +351,12 @@ def _checked(site, pattern, fused, reference, *args):
     wrt = [a for a in args if torch.is_tensor(a) and a.requires_grad]
     if torch.is_grad_enabled() and wrt:
         outs, refs = fp._tensors(out), fp._tensors(ref)
-        cotangents = [torch.randn_like(t) for t in outs]
+        # Random output gradients from a generator of their own: the program's random stream
+        # (its dropout) stays as it would have been.
+        cotangents = []
+        for t in outs:
+            gen = torch.Generator(device=t.device).manual_seed(len(cotangents))
+            cotangents.append(torch.randn(t.shape, generator=gen, device=t.device, dtype=t.dtype))
         got = torch.autograd.grad(outs, wrt, cotangents, retain_graph=True, allow_unused=True)
         # retain_graph: the inputs are the model's intermediate values, whose own nodes the
         # engine would release too.
