@@ -9,8 +9,9 @@ Environment:
   FUSEPROF_CUDA_GRAPHS=1      capture models (below) in a CUDA graph per input shape
   FUSEPROF_PATCH_REPORT=PATH  where to write what was patched, left alone, and the numerics
 
-Patterns, and what each replaces in inference (eval mode, no autograd recording, fp16/bf16 on
-CUDA); anything else runs the original code and is reported with the reason:
+Patterns, and what each replaces (fp16/bf16 on CUDA; the class patches in inference, the graph
+matcher in inference and training, see Training below); anything else runs the original code
+and is reported with the reason:
   window_partition  LayerNorm + shift + window partition (timm SwinTransformerBlock; elsewhere
                     through the graph matcher).
   window_attention  timm SwinTransformerBlock: window attention with the relative-position bias
