@@ -38,6 +38,8 @@ pub mod model_bench;
 mod progress;
 mod render;
 mod rules;
+mod settings;
+pub use settings::Setting;
 pub mod steps;
 
 use std::collections::{BTreeMap, HashMap};
@@ -97,6 +99,9 @@ pub struct Advice {
     pub unbundled: Vec<Unbundled>,
     pub totals: Totals,
     pub notes: Vec<String>,
+    /// Changes to the program's settings that come before kernels (the fused optimizer).
+    #[serde(default)]
+    pub settings: Vec<Setting>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -877,5 +882,8 @@ pub fn advise_trace(trace: &OpTrace, cfg: &AdviseConfig) -> Result<Advice> {
         unbundled: ub,
         totals,
         notes,
+        settings: settings::optimizer(trace, step_gpu_ns)
+            .into_iter()
+            .collect(),
     })
 }

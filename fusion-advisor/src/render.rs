@@ -45,6 +45,34 @@ pub fn render_text(a: &Advice, top: usize) -> String {
     for n in &a.notes {
         wrap(&mut o, &format!("note: {n}"), "", 100);
     }
+    if !a.settings.is_empty() {
+        let _ = writeln!(o);
+        let _ = writeln!(o, "Before kernels, the program's own settings:");
+        for s in &a.settings {
+            wrap(
+                &mut o,
+                &format!(
+                    "{}: {}: {} -> {} us per {per}, saving {} us ({:.1}% of the {per})",
+                    s.id,
+                    s.title,
+                    us(s.current_ns_per_step),
+                    us(s.expected_ns_per_step),
+                    us(s.saving_ns_per_step),
+                    s.saving_pct_of_step
+                ),
+                "  ",
+                100,
+            );
+            wrap(&mut o, &format!("change: {}", s.change), "    ", 100);
+            wrap(&mut o, &format!("estimate: {}", s.estimate), "    ", 100);
+            wrap(
+                &mut o,
+                &format!("evidence: {}", s.evidence.join("; ")),
+                "    ",
+                100,
+            );
+        }
+    }
     let t = &a.totals;
     let _ = writeln!(o);
     if a.proposals.is_empty() {

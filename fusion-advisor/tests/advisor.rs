@@ -972,3 +972,47 @@ fn swin_window_ops_are_found_in_torchvision_and_hugging_face_swin() {
         );
     }
 }
+
+/// Advice before kernels: the Swin-T training step's AdamW runs with `foreach` (nine list ops a
+/// step and the GradScaler's unscaling) and is told `fused=True`, with the saving; ResNet-18's,
+/// already fused, is told nothing.
+#[test]
+fn a_foreach_adam_step_is_told_to_fuse_and_a_fused_one_is_not() {
+    let a = advise_file(
+        &store_for("recordings/swin_t_train_step_shapes.sqlite.gz"),
+        &AdviseConfig::default(),
+    )
+    .unwrap();
+    assert_eq!(a.settings.len(), 1, "{:?}", a.settings);
+    let s = &a.settings[0];
+    assert_eq!(s.id, "optimizer-fused");
+    // The ten ops' GPU time a step, and seven passes at half the cheapest two-list op.
+    assert!(
+        (s.current_ns_per_step - 1.108e6).abs() < 5e3,
+        "{}",
+        s.current_ns_per_step
+    );
+    assert!(
+        (s.expected_ns_per_step - 7.0 * 100_860.0 / 2.0).abs() < 2e3,
+        "{s:?}"
+    );
+    assert!((s.saving_ns_per_step - (s.current_ns_per_step - s.expected_ns_per_step)).abs() < 1.0);
+    assert!(
+        s.evidence.iter().any(|e| e.contains("_foreach_addcdiv_")),
+        "{:?}",
+        s.evidence
+    );
+    assert!(s.estimate.contains("unscaling"), "{}", s.estimate);
+    assert!(s.change.contains("fused=True"));
+    let text = fuseprof_fusion_advisor::render_text(&a, 5);
+    assert!(
+        text.contains("Before kernels") && text.contains("optimizer-fused"),
+        "{text}"
+    );
+    let r = advise_file(
+        &store_for("recordings/users/tv_resnet18_train.sqlite.gz"),
+        &AdviseConfig::default(),
+    )
+    .unwrap();
+    assert!(r.settings.is_empty(), "{:?}", r.settings);
+}

@@ -1,0 +1,126 @@
+//! Advice that comes before kernels: a change to the program's own settings that the trace
+//! says would pay, with the time it costs now, the expected saving, the evidence and the
+//! one-line change.
+//!
+//! The optimizer: Adam and AdamW with `foreach` (PyTorch's default on CUDA) run each step as a
+//! series of `_foreach_*` kernels, each streaming whole lists of tensors (every parameter, its
+//! gradient, its two moments) through memory; `fused=True` does the step in one pass, and a
+//! GradScaler hands the fused optimizer its unscaling (no `_amp_foreach_non_finite_check_and_
+//! unscale_` pass). The time of one pass over a list comes from the trace itself: the step's
+//! cheapest op that reads one list and writes it back (`_foreach_mul_` by a scalar,
+//! `_foreach_sqrt`) moves two lists.
+
+use std::collections::BTreeMap;
+
+use fuseprof_analyzer::OpTrace;
+use serde::{Deserialize, Serialize};
+
+/// A change to the program (not a kernel) and what it should save.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Setting {
+    /// `optimizer-fused`.
+    pub id: String,
+    pub title: String,
+    /// GPU time per step of the ops the change replaces.
+    pub current_ns_per_step: f64,
+    pub expected_ns_per_step: f64,
+    pub saving_ns_per_step: f64,
+    pub saving_pct_of_step: f64,
+    /// How the expected time was reached.
+    pub estimate: String,
+    /// What in the trace shows it: the ops, their counts and times.
+    pub evidence: Vec<String>,
+    /// The change, as one line of the program.
+    pub change: String,
+}
+
+/// The foreach ops that only Adam-family optimizers issue together.
+const ADAM_SIGNATURE: [&str; 2] = ["_foreach_addcdiv_", "_foreach_sqrt"];
+/// Ops of a foreach Adam step that read one tensor list and write one: two list passes.
+const TWO_PASS: [&str; 2] = ["_foreach_mul_", "_foreach_sqrt"];
+/// A fused Adam(W) step reads param, grad, exp_avg and exp_avg_sq and writes param, exp_avg and
+/// exp_avg_sq.
+const FUSED_PASSES: f64 = 7.0;
+const AMP_UNSCALE: &str = "_amp_foreach_non_finite_check_and_unscale_";
+
+fn base(name: &str) -> &str {
+    name.rsplit("::").next().unwrap_or(name)
+}
+
+/// `fused=True` for an Adam or AdamW stepping with `foreach`, where the trace has its ops.
+pub(crate) fn optimizer(trace: &OpTrace, step_gpu_ns: f64) -> Option<Setting> {
+    let mut by_name: BTreeMap<&str, (usize, i64)> = BTreeMap::new();
+    let mut fused = false;
+    for op in &trace.ops {
+        let b = base(&op.name);
+        if b.starts_with("_fused_adam") {
+            fused = true;
+        }
+        if b.starts_with("_foreach_") || b == AMP_UNSCALE {
+            let e = by_name.entry(b).or_default();
+            e.0 += 1;
+            e.1 += op.gpu_ns;
+        }
+    }
+    if fused || !ADAM_SIGNATURE.iter().all(|s| by_name.contains_key(s)) {
+        return None;
+    }
+    // One pass over a list: the cheapest call of an op that moves two lists.
+    let pass_ns = trace
+        .ops
+        .iter()
+        .filter(|o| TWO_PASS.contains(&base(&o.name)) && o.gpu_ns > 0)
+        .map(|o| o.gpu_ns as f64 / 2.0)
+        .min_by(f64::total_cmp)?;
+    let calls_per_step = |n: usize| n as f64 / trace.steps.max(1) as f64;
+    let current: f64 = by_name.values().map(|&(_, ns)| trace.per_step(ns)).sum();
+    let optimizer_steps = calls_per_step(by_name["_foreach_addcdiv_"].0);
+    let expected = FUSED_PASSES * pass_ns * optimizer_steps;
+    if expected >= current {
+        return None;
+    }
+    let mut evidence: Vec<String> = by_name
+        .iter()
+        .filter(|(_, &(_, ns))| ns > 0)
+        .map(|(name, &(n, ns))| {
+            format!(
+                "aten::{name}: {:.1} a step, {:.1} us",
+                calls_per_step(n),
+                trace.per_step(ns) / 1e3
+            )
+        })
+        .collect();
+    evidence.push(
+        "no aten::_fused_adam(w)_: the optimizer steps with foreach, one kernel per op over \
+         every parameter"
+            .into(),
+    );
+    let amp = by_name.contains_key(AMP_UNSCALE);
+    Some(Setting {
+        id: "optimizer-fused".into(),
+        title: "Adam/AdamW with foreach -> fused=True (one pass over the parameters a step)".into(),
+        current_ns_per_step: current,
+        expected_ns_per_step: expected,
+        saving_ns_per_step: current - expected,
+        saving_pct_of_step: if step_gpu_ns > 0.0 {
+            100.0 * (current - expected) / step_gpu_ns
+        } else {
+            0.0
+        },
+        estimate: format!(
+            "{FUSED_PASSES} passes over the parameter lists (read param, grad, exp_avg, \
+             exp_avg_sq; write param, exp_avg, exp_avg_sq) at {:.1} us a pass, the cheapest \
+             op of the step that reads one list and writes one, halved{}",
+            pass_ns / 1e3,
+            if amp {
+                "; the GradScaler's unscaling pass goes too (a fused optimizer unscales itself)"
+            } else {
+                ""
+            }
+        ),
+        evidence,
+        change: "torch.optim.AdamW(model.parameters(), lr=..., fused=True)  # or Adam(..., \
+                 fused=True); needs the parameters on CUDA in fp32/fp16/bf16"
+            .into(),
+    })
+}
