@@ -160,6 +160,12 @@ fn every_recording_gets_every_section() {
             text.contains("ops with FLOPs are drawn"),
             "{rel}: no roofline"
         );
+        // The training recording's AdamW steps with foreach: the page says fused=True.
+        assert_eq!(
+            text.contains("Before kernels") && text.contains("fused=True"),
+            rel.contains("train"),
+            "{rel}"
+        );
     }
 }
 

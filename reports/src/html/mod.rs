@@ -596,7 +596,35 @@ fn advice_section(h: &mut String, d: &ReportData) {
             h.push_str(&tb.finish());
         }
     }
+    if let Ok(adv) = &d.advice {
+        settings_table(h, &adv.settings);
+    }
     h.push_str("</section>");
+}
+
+/// What the advisor says before kernels: changes to the program's own settings.
+fn settings_table(h: &mut String, settings: &[fuseprof_fusion_advisor::Setting]) {
+    if settings.is_empty() {
+        return;
+    }
+    h.push_str("<h3>Before kernels: the program's own settings</h3>");
+    let mut tb = Table::new(&[
+        ("setting", false),
+        ("change", false),
+        ("now µs/step", true),
+        ("expected saving µs/step", true),
+        ("evidence", false),
+    ]);
+    for s in settings {
+        tb.row(&[
+            code(&s.id),
+            code(&s.change),
+            num(us(s.current_ns_per_step), s.current_ns_per_step),
+            num(us(s.saving_ns_per_step), s.saving_ns_per_step),
+            t(&format!("{} {}", s.estimate, s.evidence.join("; "))),
+        ]);
+    }
+    h.push_str(&tb.finish());
 }
 
 fn diff_section(h: &mut String, d: &ReportData) -> Result<()> {
