@@ -13,8 +13,6 @@ call, median of the driver's CUDA-graph replays), the eager chain's time and the
 `fusion-advisor/src/calibration.tsv`.
 """
 import datetime
-import json
-import os
 import sys
 import time
 
@@ -96,10 +94,7 @@ def main():
     out = dict(device=torch.cuda.get_device_name(), driver=fb.driver_version(), torch=torch.__version__,
                date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                part=f"{part}/{parts}", rows=rows)
-    tmp = out_path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(out, f, indent=1)
-    os.replace(tmp, out_path)
+    fb.write_json(out_path, out)
 
 
 if __name__ == "__main__":

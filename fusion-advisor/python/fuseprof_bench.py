@@ -492,10 +492,15 @@ def main():
         "torch": torch.__version__,
         "results": results,
     }
-    tmp = out_path + ".tmp"
+    write_json(out_path, out)
+
+
+def write_json(path, obj):
+    """obj as JSON at path, under a temporary name until it is whole."""
+    tmp = path + ".tmp"
     with open(tmp, "w") as f:
-        json.dump(out, f, indent=1)
-    os.replace(tmp, out_path)
+        json.dump(obj, f, indent=1)
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

@@ -130,23 +130,13 @@ pub struct BenchReport {
 /// libfuseprof_kernels.so: `given`, else $FUSEPROF_KERNELS_LIB, else next to the executable,
 /// else in `../lib` or `../lib/fuseprof` beside it (where the pip wheel installs it).
 pub(crate) fn find_kernels_lib(given: Option<&Path>) -> Result<PathBuf> {
-    const NAME: &str = "libfuseprof_kernels.so";
-    let beside_exe = std::env::current_exe()
-        .ok()
-        .and_then(|e| e.parent().map(Path::to_path_buf))
-        .map(|d| {
-            vec![
-                d.join(NAME),
-                d.join("../lib").join(NAME),
-                d.join("../lib/fuseprof").join(NAME),
-            ]
-        })
-        .unwrap_or_default();
     let candidates: Vec<PathBuf> = given
         .map(Path::to_path_buf)
         .or_else(|| std::env::var_os("FUSEPROF_KERNELS_LIB").map(PathBuf::from))
         .into_iter()
-        .chain(beside_exe)
+        .chain(fuseprof_collector::collect::beside_executable(
+            "libfuseprof_kernels.so",
+        ))
         .collect();
     candidates.into_iter().find(|p| p.is_file()).ok_or_else(|| {
         Error::Bench(

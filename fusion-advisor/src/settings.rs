@@ -51,6 +51,8 @@ fn base(name: &str) -> &str {
 pub(crate) fn optimizer(trace: &OpTrace, step_gpu_ns: f64) -> Option<Setting> {
     let mut by_name: BTreeMap<&str, (usize, i64)> = BTreeMap::new();
     let mut fused = false;
+    // One pass over a list: the cheapest call of an op that moves two lists, halved.
+    let mut pass_ns = f64::INFINITY;
     for op in &trace.ops {
         let b = base(&op.name);
         if b.starts_with("_fused_adam") {
@@ -61,17 +63,13 @@ pub(crate) fn optimizer(trace: &OpTrace, step_gpu_ns: f64) -> Option<Setting> {
             e.0 += 1;
             e.1 += op.gpu_ns;
         }
+        if TWO_PASS.contains(&b) && op.gpu_ns > 0 {
+            pass_ns = pass_ns.min(op.gpu_ns as f64 / 2.0);
+        }
     }
-    if fused || !ADAM_SIGNATURE.iter().all(|s| by_name.contains_key(s)) {
+    if fused || !pass_ns.is_finite() || !ADAM_SIGNATURE.iter().all(|s| by_name.contains_key(s)) {
         return None;
     }
-    // One pass over a list: the cheapest call of an op that moves two lists.
-    let pass_ns = trace
-        .ops
-        .iter()
-        .filter(|o| TWO_PASS.contains(&base(&o.name)) && o.gpu_ns > 0)
-        .map(|o| o.gpu_ns as f64 / 2.0)
-        .min_by(f64::total_cmp)?;
     let calls_per_step = |n: usize| n as f64 / trace.steps.max(1) as f64;
     let current: f64 = by_name.values().map(|&(_, ns)| trace.per_step(ns)).sum();
     let optimizer_steps = calls_per_step(by_name["_foreach_addcdiv_"].0);

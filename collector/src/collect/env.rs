@@ -24,20 +24,11 @@ pub fn find_tracer() -> Result<PathBuf> {
         }
         searched.push(p);
     }
-    if let Some(dir) = std::env::current_exe()
-        .ok()
-        .and_then(|e| e.parent().map(Path::to_path_buf))
-    {
-        for cand in [
-            dir.join(TRACER_FILE_NAME),
-            dir.join("../lib").join(TRACER_FILE_NAME),
-            dir.join("../lib/fuseprof").join(TRACER_FILE_NAME),
-        ] {
-            if cand.is_file() {
-                return Ok(cand);
-            }
-            searched.push(cand);
+    for cand in beside_executable(TRACER_FILE_NAME) {
+        if cand.is_file() {
+            return Ok(cand);
         }
+        searched.push(cand);
     }
     Err(CollectError::TracerNotFound {
         searched: searched
@@ -46,6 +37,23 @@ pub fn find_tracer() -> Result<PathBuf> {
             .collect::<Vec<_>>()
             .join(", "),
     })
+}
+
+/// Where a file installed with fuseprof may lie, in the order to look: next to the running
+/// executable (a cargo build), then in `../lib` and `../lib/fuseprof` beside it (the pip wheel
+/// puts the libraries in the environment's `lib/fuseprof`).
+pub fn beside_executable(file: &str) -> Vec<PathBuf> {
+    std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent().map(Path::to_path_buf))
+        .map(|dir| {
+            vec![
+                dir.join(file),
+                dir.join("../lib").join(file),
+                dir.join("../lib/fuseprof").join(file),
+            ]
+        })
+        .unwrap_or_default()
 }
 
 fn has_libcupti(dir: &Path) -> bool {

@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 
 use fuseprof_store::{Counts, CreateOptions, RunInfo, Writer};
 
-pub use env::{find_libcupti_dir, find_tracer, TRACER_ENV, TRACER_FILE_NAME};
+pub use env::{beside_executable, find_libcupti_dir, find_tracer, TRACER_ENV, TRACER_FILE_NAME};
 
 /// How PyTorch is made to annotate itself (through `collector/python/sitecustomize.py`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
