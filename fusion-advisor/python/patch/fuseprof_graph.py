@@ -386,15 +386,24 @@ def _cached(owner, name, make, *sources):
     return t
 
 
+def _as(t, x):
+    """t (a weight, a bias, None) in x's dtype: under autocast a model's parameters stay float32
+    while its activations are 16-bit, and the kernels read both in one dtype (the cast is
+    differentiable, so the parameters' gradients flow back through it)."""
+    return None if t is None else t.to(x.dtype)
+
+
 def linear_residual(site, h, w, b, r):
-    return _checked(site, "gemm_residual", torch.ops.fuseprof.linear_residual,
+    return _checked(site, "gemm_residual",
+                    lambda h, w, b, r: torch.ops.fuseprof.linear_residual(h, _as(w, h), _as(b, h), r),
                     lambda h, w, b, r: r + F.linear(h, w, b), h, w, b, r)
 
 
 def ln_mlp_residual(site, r, g, beta, eps, w1, b1, w2, b2):
     def fused(r, g, beta, w1, b1, w2, b2):
         c = r.shape[-1]
-        y = torch.ops.fuseprof.ln_mlp_residual(r.reshape(r.shape[0], -1, c), g, beta, eps, w1, b1, w2, b2)
+        y = torch.ops.fuseprof.ln_mlp_residual(r.reshape(r.shape[0], -1, c), *(_as(t, r) for t in (g, beta)), eps,
+                                               *(_as(t, r) for t in (w1, b1, w2, b2)))
         return y.view(r.shape)
 
     def reference(r, g, beta, w1, b1, w2, b2):
@@ -408,8 +417,11 @@ def padded_linear(site, x, w, b):
     n8, k8 = -(-n // 8) * 8, -(-k // 8) * 8
 
     def fused(x, w, b):
-        wp = _cached(w, "_fuseprof_wpad", lambda: F.pad(w, (0, k8 - k, 0, n8 - n)).contiguous(), w)
-        bp = None if b is None else _cached(b, "_fuseprof_bpad", lambda: F.pad(b, (0, n8 - n)).contiguous(), b)
+        # Kept per dtype: the same weights may serve calls in and out of autocast.
+        wp = _cached(w, f"_fuseprof_wpad_{x.dtype}", lambda: F.pad(_as(w, x), (0, k8 - k, 0, n8 - n)).contiguous(),
+                     w)
+        bp = None if b is None else _cached(b, f"_fuseprof_bpad_{x.dtype}",
+                                            lambda: F.pad(_as(b, x), (0, n8 - n)).contiguous(), b)
         return torch.ops.fuseprof.linear(x, wp, bp, n)
 
     return _checked(site, "gemm_padded", fused, F.linear, x, w, b)
@@ -424,8 +436,9 @@ def patch_embed(site, layout, x, w, b):
         n, _, h, wd = x.shape
         gh, gw = h // ph, wd // pw
         patches = x.reshape(n, c, gh, ph, gw, pw).permute(0, 2, 4, 1, 3, 5).reshape(n * gh * gw, k)
-        wt = _cached(w, "_fuseprof_wgemm", lambda: F.pad(w.reshape(o, k), (0, k8 - k)).contiguous(), w)
-        y = torch.ops.fuseprof.linear(patches, wt, b, o)
+        wt = _cached(w, f"_fuseprof_wgemm_{x.dtype}",
+                     lambda: F.pad(_as(w, x).reshape(o, k), (0, k8 - k)).contiguous(), w)
+        y = torch.ops.fuseprof.linear(patches, wt, _as(b, x), o)
         return y.view(n, gh * gw, o) if layout == "nlc" else y.view(n, gh, gw, o)
 
     def reference(x, w, b):
@@ -440,7 +453,7 @@ def window_partition(site, window, shift, eps, bhwc, out_shape, x, g, beta):
     padding to the window and the map cut into windows, returned in the shape the model viewed
     them in."""
     def fused(x, g, beta):
-        y = torch.ops.fuseprof.ln_shift_partition(x.reshape(bhwc), g, beta, window, shift, eps)
+        y = torch.ops.fuseprof.ln_shift_partition(x.reshape(bhwc), _as(g, x), _as(beta, x), window, shift, eps)
         return y.view(out_shape)
 
     def reference(x, g, beta):
@@ -459,7 +472,8 @@ def window_reverse(site, window, shift, bhwc, windows, shortcut, ln=None):
         flat, short = windows.reshape(-1, window * window, c), shortcut.reshape(bhwc)
         if ln is None:
             return torch.ops.fuseprof.window_reverse_add(flat, short, window, shift).view(shortcut.shape)
-        out, normed = torch.ops.fuseprof.window_reverse_residual(flat, short, window, shift, *affine, ln[2])
+        out, normed = torch.ops.fuseprof.window_reverse_residual(flat, short, window, shift,
+                                                                  *(_as(a, flat) for a in affine), ln[2])
         return out.view(shortcut.shape), normed.view(ln[3])
 
     def reference(windows, shortcut, *affine):
@@ -851,6 +865,12 @@ class _Rewriter:
             _query_free(mask, memo)))
         if padding and n <= FMHA_MAX_SEQ:
             if "full_attention" not in self.apply:
+                return False
+            if torch.is_grad_enabled() and qv.requires_grad:
+                # PyTorch's fused attention (flash or memory-efficient) has a backward of its own
+                # that keeps its row statistics; ours would recompute the forward to get them.
+                self.left_alone(s, f"{label}: while training, PyTorch's fused attention and its own backward "
+                                   f"are kept")
                 return False
             row = None if mask is None else self._padding_row(mask, (b, h, n, d), qv.dtype)
             qkv, dead = self._qkv(s, q, k, v, (b, h, n, d))

@@ -265,10 +265,15 @@ CUDA_PYTHON = {
 # graphs and torch.compile's traced backward all take them.
 
 def _ln_backward(g, x, gamma, beta, eps):
-    """(dx, dgamma, dbeta) of LayerNorm over the last dimension, its statistics recomputed."""
+    """(dx, dgamma, dbeta) of LayerNorm over the last dimension, its statistics recomputed. The
+    weights may be wider than x (float32 under autocast): the backward runs in x's dtype (it
+    accumulates in float32 inside) and hands each gradient back in its own input's dtype."""
     c = x.shape[-1]
-    _, mean, rstd = torch.native_layer_norm(x, [c], gamma, beta, eps)
-    return torch.ops.aten.native_layer_norm_backward(g, x, [c], mean, rstd, gamma, beta, [True, True, True])
+    gm, bt = gamma.to(x.dtype), beta.to(x.dtype)
+    _, mean, rstd = torch.native_layer_norm(x, [c], gm, bt, eps)
+    dx, dgamma, dbeta = torch.ops.aten.native_layer_norm_backward(g.to(x.dtype), x, [c], mean, rstd, gm, bt,
+                                                                 [True, True, True])
+    return dx, dgamma.to(gamma.dtype), dbeta.to(beta.dtype)
 
 
 def _unpartition(gw, window, shift, b, h, w):
@@ -318,9 +323,33 @@ def _backward_window_reverse_residual(ctx, g_out, g_ln):
     return _repartition(g, ctx.window, ctx.shift), g, None, None, dgamma, dbeta, None
 
 
-def _attention_backward(qkv, add, heads, seq, scale, g):
+def _attention_backward_cuda(qkv, add, heads, seq, scale, g, need_add):
+    """The same on the GPU in fp16/bf16, through PyTorch's memory-efficient attention: its
+    forward recomputes the row statistics (log-sum-exp), its backward recomputes the
+    probabilities tile by tile on chip and gives the additive term's gradient, so nothing of
+    [B, heads, seq, seq] is stored but the term itself (in q's dtype, its rows padded to 16
+    elements as the kernel needs)."""
+    q, k, v, d = _split_qkv(qkv, heads, seq)
+    bias = None
+    if add is not None:
+        full = torch.empty(q.shape[0], heads, seq, -(-seq // 16) * 16, device=q.device, dtype=q.dtype)
+        bias = full[..., :seq]
+        bias.copy_(add.expand(q.shape[0], heads, seq, seq))
+    do = g.to(q.dtype).reshape(q.shape[0], seq, heads, d).transpose(1, 2)
+    out, lse, seed, offset = torch.ops.aten._scaled_dot_product_efficient_attention(
+        q, k, v, bias, True, 0.0, False, scale=scale)
+    dq, dk, dv, dbias = torch.ops.aten._scaled_dot_product_efficient_attention_backward(
+        do, q, k, v, bias, out, lse, seed, offset, 0.0, [True, True, True, need_add and bias is not None], False,
+        scale=scale)
+    dqkv = torch.stack([dq, dk, dv], dim=2).permute(0, 3, 2, 1, 4).reshape(qkv.shape)
+    return dqkv, dbias
+
+
+def _attention_backward(qkv, add, heads, seq, scale, g, need_add=True):
     """(dqkv, d(add) summed over the entries that share each term) of softmax(q kᵀ·scale + add) v,
     with the probabilities recomputed. add: None or broadcastable to [B, heads, seq, seq]."""
+    if qkv.is_cuda and qkv.dtype in (torch.float16, torch.bfloat16):
+        return _attention_backward_cuda(qkv, add, heads, seq, scale, g, need_add)
     q, k, v, d = _split_qkv(qkv, heads, seq)
     q, k, v = _wide(q), _wide(k), _wide(v)
     s = (q @ k.transpose(-1, -2)) * scale
@@ -349,12 +378,13 @@ def _backward_window_attention(ctx, g):
     heads, seq = ctx.heads, ctx.seq
     n_win = add.shape[0]
     batch = qkv.numel() // qkv.shape[-1] // seq
-    term = _wide(add[..., :seq]).unsqueeze(0).expand(batch // n_win, n_win, heads, seq, seq)
-    dqkv, ds = _attention_backward(qkv, term.reshape(batch, heads, seq, seq), heads, seq, ctx.scale, g)
+    term = add[..., :seq].unsqueeze(0).expand(batch // n_win, n_win, heads, seq, seq)
+    term = term.reshape(batch, heads, seq, seq) if qkv.is_cuda else _wide(term).reshape(batch, heads, seq, seq)
+    dqkv, ds = _attention_backward(qkv, term, heads, seq, ctx.scale, g, ctx.needs_input_grad[1])
     dadd = None
     if ctx.needs_input_grad[1]:
         # Window b adds term b % nW; the padding columns take no gradient.
-        dadd = ds.reshape(batch // n_win, n_win, heads, seq, seq).sum(0)
+        dadd = _wide(ds).reshape(batch // n_win, n_win, heads, seq, seq).sum(0)
         dadd = F.pad(dadd, (0, add.shape[-1] - seq)).to(add.dtype)
     return dqkv, dadd, None, None, None
 
@@ -369,7 +399,7 @@ def _backward_attention(ctx, g):
     qkv, kpm = ctx.saved_tensors
     seq = ctx.seq
     add = None if kpm is None else _wide(kpm).reshape(-1, 1, 1, seq)
-    dqkv, _ = _attention_backward(qkv, add, ctx.heads, seq, ctx.scale, g)
+    dqkv, _ = _attention_backward(qkv, add, ctx.heads, seq, ctx.scale, g, False)
     return dqkv, None, None, None, None  # a key-padding mask has no gradient
 
 
