@@ -157,9 +157,111 @@ pub struct ModeResult {
     /// Modules the patch layer replaced (0: it ran the original code everywhere, as it does
     /// for a model in training mode).
     pub patched_modules: usize,
-    /// Whether this mode's patched runs passed the numerics check, and why not.
+    /// Whether this mode's patched runs passed the numerics check (the patch layer's and, for
+    /// a program that trains, the loss curves'), and why not.
     pub numerics_passed: bool,
     pub numerics_problem: Option<String>,
+    /// The two sides' losses over the first steps (None: the program called no backward).
+    pub losses: Option<LossCurves>,
+}
+
+/// How far the patched side's loss may lie from the baseline's at each of the first
+/// [`LOSS_STEPS`] steps, relative to the largest baseline loss among them. Both sides start from
+/// the same seed and data; under autocast each op rounds to bf16 or fp16 (unit roundoff 2^-8 or
+/// 2^-11), so two correct implementations differ by rounding that training carries from step to
+/// step: a few tenths of a percent over 20 steps. A NaN, a loss that does not move with the
+/// baseline's (an update that is wrong or missing), or one that diverges lies well outside.
+pub const LOSS_TOLERANCE: f64 = 0.02;
+/// Steps of the loss curves compared.
+pub const LOSS_STEPS: usize = 20;
+
+/// The loss curves of one mode's first round, side by side.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LossCurves {
+    pub baseline: Vec<f64>,
+    pub patched: Vec<f64>,
+    /// The largest |patched - baseline| over the steps compared, relative to the largest
+    /// baseline loss among them.
+    pub max_rel_diff: f64,
+    /// The same between the baseline's first two rounds (its own run-to-run spread), where
+    /// there were two.
+    pub baseline_rounds_rel_diff: Option<f64>,
+    pub passed: bool,
+    pub problem: Option<String>,
+}
+
+/// The largest |b - a| over the first `n` steps, relative to the largest |a| among them.
+fn curve_distance(a: &[f64], b: &[f64], n: usize) -> f64 {
+    let scale = a[..n].iter().fold(0.0f64, |m, x| m.max(x.abs()));
+    let worst = a[..n]
+        .iter()
+        .zip(&b[..n])
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0f64, |m, d| if d.is_nan() { f64::NAN } else { m.max(d) });
+    if scale > 0.0 {
+        worst / scale
+    } else {
+        worst
+    }
+}
+
+/// The loss-curve check: None when neither side trained; else the first [`LOSS_STEPS`] losses
+/// of each side compared within [`LOSS_TOLERANCE`]. `baseline_again` is the baseline's second
+/// round, for its own spread.
+pub fn loss_curves(
+    baseline: &[f64],
+    patched: &[f64],
+    baseline_again: Option<&[f64]>,
+) -> Option<LossCurves> {
+    if baseline.is_empty() && patched.is_empty() {
+        return None;
+    }
+    let n = baseline.len().min(patched.len()).min(LOSS_STEPS);
+    let max_rel_diff = if n == 0 {
+        f64::NAN
+    } else {
+        curve_distance(baseline, patched, n)
+    };
+    let baseline_rounds_rel_diff = baseline_again
+        .map(|again| (again, baseline.len().min(again.len()).min(LOSS_STEPS)))
+        .filter(|&(_, m)| m > 0)
+        .map(|(again, m)| curve_distance(baseline, again, m));
+    let not_finite = |v: &[f64]| v[..n].iter().position(|x| !x.is_finite());
+    let problem = if n == 0 {
+        Some(format!(
+            "the baseline trained on {} losses and the patched side on {}: no loss curve to compare",
+            baseline.len(),
+            patched.len()
+        ))
+    } else if let Some(i) = not_finite(patched) {
+        Some(format!(
+            "the patched side's loss at step {} is {}",
+            i + 1,
+            patched[i]
+        ))
+    } else if let Some(i) = not_finite(baseline) {
+        Some(format!(
+            "the baseline's own loss at step {} is {}: no loss curve to compare against",
+            i + 1,
+            baseline[i]
+        ))
+    } else if max_rel_diff > LOSS_TOLERANCE {
+        Some(format!(
+            "the loss curves over the first {n} steps lie {:.2}% apart (tolerance {:.0}%)",
+            max_rel_diff * 100.0,
+            LOSS_TOLERANCE * 100.0
+        ))
+    } else {
+        None
+    };
+    Some(LossCurves {
+        baseline: baseline[..n].to_vec(),
+        patched: patched[..n].to_vec(),
+        max_rel_diff,
+        baseline_rounds_rel_diff,
+        passed: problem.is_none(),
+        problem,
+    })
 }
 
 /// The headline: the fastest patched mode against the eager baseline and against the
@@ -718,7 +820,18 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
             progress.inc(2);
         }
         let patch = read_json(&report_path);
-        let (numerics_passed, numerics_problem) = verdict(&patch);
+        let (mut numerics_passed, mut numerics_problem) = verdict(&patch);
+        let losses = loss_curves(
+            &base_ms[0].losses,
+            &patched_ms[0].losses,
+            base_ms.get(1).map(|s| s.losses.as_slice()),
+        );
+        if let Some(problem) = losses.as_ref().and_then(|l| l.problem.clone()) {
+            if numerics_passed {
+                numerics_passed = false;
+                numerics_problem = Some(problem);
+            }
+        }
         let baseline = Side::new(base_ms);
         let patched = Side::new(patched_ms);
         let speedup = baseline.median_ms / patched.median_ms;
@@ -735,6 +848,7 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
             patched,
             numerics_passed,
             numerics_problem,
+            losses,
         });
         if index == 0 {
             first_patch = patch;
@@ -874,6 +988,28 @@ pub fn verdict(patch: &serde_json::Value) -> (bool, Option<String>) {
                  outermost)"
                     .into(),
             ),
+        ),
+    }
+}
+
+/// One mode's loss-curve check, in words.
+fn render_losses(l: &LossCurves) -> String {
+    let own = l
+        .baseline_rounds_rel_diff
+        .map(|d| format!(", the baseline's own rounds {:.2}%", d * 100.0))
+        .unwrap_or_default();
+    match &l.problem {
+        Some(p) => format!("loss curves FAILED: {p}"),
+        None => format!(
+            "loss curves: first {} steps within {:.2}% of the baseline's (tolerance {:.0}%{own}); \
+             loss {:.4} -> {:.4} patched, {:.4} -> {:.4} baseline",
+            l.baseline.len(),
+            l.max_rel_diff * 100.0,
+            LOSS_TOLERANCE * 100.0,
+            l.patched[0],
+            l.patched[l.patched.len() - 1],
+            l.baseline[0],
+            l.baseline[l.baseline.len() - 1],
         ),
     }
 }
@@ -1066,6 +1202,22 @@ pub fn render(r: &ModelBenchReport, top: usize) -> String {
                 )
             }
         );
+    }
+    let worst_grad = modules.and_then(|m| {
+        m.iter()
+            .filter_map(|(k, v)| Some((k.clone(), v["grad_rel_error"].as_f64()?)))
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+    });
+    if let Some((k, e)) = worst_grad {
+        let _ = writeln!(
+            o,
+            "gradients: worst relative error {e:.1e} ({k}), inputs and parameters on the first call"
+        );
+    }
+    for m in &r.modes {
+        if let Some(l) = &m.losses {
+            let _ = writeln!(o, "{}: {}", m.label, render_losses(l));
+        }
     }
     let found: Vec<String> = r.patch["patched"]
         .as_object()
@@ -1284,6 +1436,7 @@ mod tests {
             loop_steps: 10,
             loop_wall_ms: wall_ms,
             loop_bounds: "between two synchronizes".into(),
+            losses: Vec::new(),
         }
     }
 
@@ -1301,7 +1454,39 @@ mod tests {
             patched_modules: 1,
             numerics_passed: true,
             numerics_problem: None,
+            losses: None,
         }
+    }
+
+    #[test]
+    fn loss_curves_pass_within_tolerance_and_fail_on_nan_divergence_or_none() {
+        assert_eq!(loss_curves(&[], &[], None), None);
+        let base = [6.9, 6.85, 6.8, 6.7];
+        let close = [6.9, 6.86, 6.79, 6.71];
+        let ok = loss_curves(&base, &close, Some(&base)).unwrap();
+        assert!(ok.passed, "{ok:?}");
+        assert!((ok.max_rel_diff - 0.01 / 6.9).abs() < 1e-9);
+        assert_eq!(ok.baseline_rounds_rel_diff, Some(0.0));
+        let nan = loss_curves(&base, &[6.9, f64::NAN, 6.8, 6.7], None).unwrap();
+        assert!(!nan.passed);
+        assert!(nan.problem.unwrap().contains("step 2 is NaN"));
+        let apart = loss_curves(&base, &[6.9, 7.2, 7.9, 9.0], None).unwrap();
+        assert!(!apart.passed);
+        assert!(apart.problem.unwrap().contains("apart"));
+        let one_sided = loss_curves(&base, &[], None).unwrap();
+        assert!(!one_sided.passed);
+        assert!(one_sided.problem.unwrap().contains("patched side on 0"));
+        // Only the first LOSS_STEPS are compared: a later difference is not a failure of this check.
+        let mut long = vec![1.0; LOSS_STEPS + 5];
+        let mut later = long.clone();
+        later[LOSS_STEPS + 2] = 5.0;
+        assert!(loss_curves(&long, &later, None).unwrap().passed);
+        long[0] = f64::INFINITY;
+        assert!(loss_curves(&long, &later, None)
+            .unwrap()
+            .problem
+            .unwrap()
+            .contains("baseline's own"));
     }
 
     #[test]

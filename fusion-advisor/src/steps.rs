@@ -48,6 +48,25 @@ pub struct StepReport {
     /// When the GPU was idle at exit (the step clock's own synchronize, which puts the events
     /// on the host clock).
     pub exit_sync_ns: Option<i64>,
+    /// The value of each one-element tensor the program called `.backward()` on, in order: a
+    /// number, `"nan"`, `"inf"` or `"-inf"`, or null where it could not be read.
+    #[serde(default)]
+    pub losses: Vec<serde_json::Value>,
+}
+
+impl StepReport {
+    /// The losses as numbers; NaN for one that is not finite or could not be read.
+    pub fn loss_values(&self) -> Vec<f64> {
+        self.losses
+            .iter()
+            .map(|v| match v {
+                serde_json::Value::Number(n) => n.as_f64().unwrap_or(f64::NAN),
+                serde_json::Value::String(s) if s == "inf" => f64::INFINITY,
+                serde_json::Value::String(s) if s == "-inf" => f64::NEG_INFINITY,
+                _ => f64::NAN,
+            })
+            .collect()
+    }
 }
 
 /// Which clock bounds the step.
@@ -78,6 +97,8 @@ pub struct Steps {
     pub loop_wall_ms: f64,
     /// What bounds the timed loop, in words.
     pub loop_bounds: String,
+    /// The program's losses, in the order it trained on them (empty: it called no backward).
+    pub losses: Vec<f64>,
 }
 
 impl Steps {
@@ -167,6 +188,7 @@ pub fn find(r: &StepReport) -> Result<Steps, String> {
         loop_steps: lp.len(),
         loop_wall_ms: (end - start) as f64 / 1e6,
         loop_bounds: loop_bounds.to_string(),
+        losses: r.loss_values(),
     })
 }
 
@@ -245,6 +267,9 @@ fn by_model_calls(r: &StepReport) -> Result<(String, Vec<Step>), String> {
 /// a synchronize that it came before (the host reads its clock some microseconds after that
 /// event completes, so every converted GPU time is late by as much).
 const CLOCK_SLACK_NS: i64 = 200_000;
+/// A leading step of a loop that synchronizes every step, longer than this many times the
+/// loop's median step, is warm-up.
+const WARM_UP_FACTOR: f64 = 1.5;
 
 /// The timed loop, and the points where the program could read the GPU's progress around it
 /// (`points`, sorted): of the runs of steps between two consecutive points, the one holding
@@ -293,9 +318,22 @@ fn timed_loop(
             e += 1;
         }
         if e > k + 1 {
-            let range = runs[k].0.start..runs[e - 1].0.end;
+            // Each step of such a stretch is timed on its own by the synchronizes around it, so
+            // its warm-up shows: leading steps over WARM_UP_FACTOR x the stretch's median length
+            // are the program's warm-up (first-call compiles, lazy initialisation), which its
+            // own clock leaves out too.
+            let walls: Vec<f64> = runs[k..e]
+                .iter()
+                .map(|(_, (lo, hi))| (hi.unwrap_or(0) - lo.unwrap_or(0)) as f64)
+                .collect();
+            let typical = median(&walls);
+            let mut start = k;
+            while e - start > MIN_LOOP && walls[start - k] > WARM_UP_FACTOR * typical {
+                start += 1;
+            }
+            let range = runs[start].0.start..runs[e - 1].0.end;
             if range.len() >= best.0.len() {
-                best = (range, (runs[k].1 .0, runs[e - 1].1 .1));
+                best = (range, (runs[start].1 .0, runs[e - 1].1 .1));
             }
         }
         k = e.max(k + 1);
@@ -374,6 +412,7 @@ mod tests {
             optimizer_steps: Vec::new(),
             syncs,
             exit_sync_ns: Some(exit),
+            losses: Vec::new(),
         }
     }
 
@@ -459,6 +498,25 @@ mod tests {
         let s = find(&report(calls, syncs)).unwrap();
         assert_eq!(s.loop_steps, 30, "{s:?}");
         assert_eq!(s.loop_bounds, "between two synchronizes");
+        assert!((s.wall_per_step_ms() - 7.0).abs() / 7.0 < 0.05, "{s:?}");
+    }
+
+    /// A loop that synchronizes every step from its first, warm-up included: the slow first
+    /// steps (compiles, lazy initialisation) are left out, as the program's own timing does.
+    #[test]
+    fn a_warm_up_synchronized_like_the_loop_is_left_out() {
+        let mut calls = Vec::new();
+        let mut syncs = Vec::new();
+        let mut t = 0;
+        for i in 0..25i64 {
+            let len = if i < 2 { 400 * MS } else { 7 * MS };
+            calls.push(call(0, t, t + MS / 10, len - MS));
+            syncs.push(t - MS / 20);
+            syncs.push(t + len - MS + MS / 10 - CLOCK_SLACK_NS / 2);
+            t += len;
+        }
+        let s = find(&report(calls, syncs)).unwrap();
+        assert_eq!(s.loop_steps, 23, "{s:?}");
         assert!((s.wall_per_step_ms() - 7.0).abs() / 7.0 < 0.05, "{s:?}");
     }
 

@@ -8,7 +8,9 @@ recorded here:
   - every outermost nn.Module call (a call made while no other module call is running): a
     forward, or one of the models a step calls in turn;
   - every return from torch.cuda.synchronize and from `.item()` of a GPU tensor: the points
-    where the program's own clock can read the GPU's progress.
+    where the program's own clock can read the GPU's progress;
+  - the value of every one-element tensor the program calls `.backward()` on (its loss, scaled
+    as the program scales it), the first MAX_LOSSES of them: the two sides' loss curves.
 Each outermost call and each optimizer step records the host clock (time.perf_counter_ns) and a
 CUDA event on the current stream, so that the time a step takes on the GPU is known whether or
 not the loop synchronizes (the host runs ahead of an unsynchronized loop, and its launch times
@@ -18,10 +20,12 @@ on the host clock through one last event, recorded when the GPU is idle.
 FUSEPROF_STEPS_REPORT names the JSON file written at exit (version 1): "models" (class names),
 "calls" ([model, host_start_ns, host_end_ns, gpu_start_ns, gpu_end_ns]), "optimizer_steps"
 ([host_ns, gpu_ns]), "syncs" (host ns) and "exit_sync_ns", all on the host clock; a GPU time is
-null where no event was recorded (CPU work, CUDA not started, graph capture).
+null where no event was recorded (CPU work, CUDA not started, graph capture); "losses" (floats,
+"nan", "inf" or "-inf" where not finite, null where it could not be read).
 """
 import atexit
 import json
+import math
 import os
 import time
 
@@ -29,6 +33,8 @@ import torch
 
 # Past this many anchors no more events are recorded (the times stay).
 MAX_EVENTS = 50_000
+# Losses kept for the loss curves (the values stay on the GPU until exit: no synchronize).
+MAX_LOSSES = 200
 
 _state = {"depth": 0, "events": 0, "quiet": 0}
 _models = []
@@ -36,6 +42,7 @@ _model_index = {}
 _calls = []
 _optimizer_steps = []
 _syncs = []
+_losses = []
 _installed = False
 
 
@@ -131,7 +138,28 @@ def install():
         return out
 
     torch.Tensor.item = item
+
+    original_backward = torch.Tensor.backward
+
+    def backward(self, *args, **kwargs):
+        if (not _state["quiet"] and len(_losses) < MAX_LOSSES and self.numel() == 1
+                and not torch.compiler.is_compiling()
+                and not (self.is_cuda and torch.cuda.is_current_stream_capturing())):
+            _losses.append(self.detach().clone())
+        return original_backward(self, *args, **kwargs)
+
+    torch.Tensor.backward = backward
     atexit.register(_write)
+
+
+def _value(t):
+    """The loss as a JSON number, or "nan" / "inf" / "-inf" (JSON has no such numbers); None where
+    it cannot be read."""
+    try:
+        v = float(t.float())
+    except Exception:  # noqa: BLE001 - a value that cannot be read is not a loss curve's point
+        return None
+    return v if math.isfinite(v) else repr(v)
 
 
 def _write():
@@ -164,6 +192,7 @@ def _write():
         "optimizer_steps": [[h, to_host(g)] for h, g in _optimizer_steps],
         "syncs": _syncs,
         "exit_sync_ns": exit_sync,
+        "losses": [_value(t) for t in _losses],
         "pid": os.getpid(),
     }
     # One file per process (a program may start others: DataLoader workers, torchrun ranks).
