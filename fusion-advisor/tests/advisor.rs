@@ -1007,6 +1007,12 @@ fn a_foreach_adam_step_is_told_to_fuse_and_a_fused_one_is_not() {
         text.contains("Before kernels") && text.contains("optimizer-fused"),
         "{text}"
     );
+    // The text ranks settings and proposals together, the setting at its rank.
+    assert!(text.contains("By saving per step, settings and kernel proposals together"));
+    assert!(
+        text.contains(&format!("#{} optimizer-fused", s.rank)),
+        "{text}"
+    );
     let r = advise_file(
         &store_for("recordings/users/tv_resnet18_train.sqlite.gz"),
         &AdviseConfig::default(),
