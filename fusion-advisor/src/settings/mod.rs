@@ -201,8 +201,10 @@ pub(crate) mod testing {
                 t += 10_000;
             }
         }
-        let mut context = fuseprof_analyzer::TraceContext::default();
-        context.compute_capability = vec![Some((9, 0))];
+        let context = fuseprof_analyzer::TraceContext {
+            compute_capability: vec![Some((9, 0))],
+            ..Default::default()
+        };
         OpTrace {
             file: "synthetic.sqlite".into(),
             source_format: "kineto".into(),
