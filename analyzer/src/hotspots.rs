@@ -230,6 +230,99 @@ pub(crate) fn module_ids(tree: &Tree) -> (Vec<u32>, Modules) {
     (module_of, modules)
 }
 
+/// One device's [`DeviceTimeline`], built from its records in start order.
+pub(crate) struct TimelineBuilder {
+    tl: DeviceTimeline,
+    first_start: i64,
+    /// The latest end of any record so far: a record starting after it starts after a gap.
+    busy_end: i64,
+    durations: i64,
+    /// The open launch-bound run: its records, their time plus the gaps before them, and the
+    /// gaps alone.
+    run_len: u64,
+    run_ns: i64,
+    run_gap_ns: i64,
+    /// Gaps inside closed launch-bound stretches.
+    launch_bound_gap_ns: i64,
+}
+
+impl TimelineBuilder {
+    pub(crate) fn new(device: i64, first_start: i64) -> Self {
+        TimelineBuilder {
+            tl: DeviceTimeline {
+                device,
+                span_ns: 0,
+                busy_ns: 0,
+                idle_ns: 0,
+                overlap_ns: 0,
+                records: 0,
+                gap_counts: [0; 4],
+                gap_ns: [0; 4],
+                launch_bound_stretches: 0,
+                launch_bound_records: 0,
+                launch_bound_ns: 0,
+            },
+            first_start,
+            busy_end: first_start,
+            durations: 0,
+            run_len: 0,
+            run_ns: 0,
+            run_gap_ns: 0,
+            launch_bound_gap_ns: 0,
+        }
+    }
+
+    fn close_run(&mut self) {
+        if self.run_len >= 3 {
+            self.tl.launch_bound_stretches += 1;
+            self.tl.launch_bound_records += self.run_len;
+            self.tl.launch_bound_ns += self.run_ns;
+            self.launch_bound_gap_ns += self.run_gap_ns;
+        }
+        self.run_len = 0;
+        self.run_ns = 0;
+        self.run_gap_ns = 0;
+    }
+
+    /// Adds the next record (by start) and returns the idle gap before it.
+    pub(crate) fn push(&mut self, start_ns: i64, dur_ns: i64) -> i64 {
+        let gap = (start_ns - self.busy_end).max(0);
+        if gap > 0 {
+            let b = match gap {
+                g if g < 10_000 => 0,
+                g if g < 100_000 => 1,
+                g if g < 1_000_000 => 2,
+                _ => 3,
+            };
+            self.tl.gap_counts[b] += 1;
+            self.tl.gap_ns[b] += gap;
+            self.tl.idle_ns += gap;
+        }
+        if gap > 0 && gap < LAUNCH_GAP_MAX_NS && dur_ns < gap {
+            self.run_len += 1;
+            self.run_ns += gap + dur_ns;
+            self.run_gap_ns += gap;
+        } else {
+            self.close_run();
+        }
+        self.busy_end = self.busy_end.max(start_ns + dur_ns);
+        self.durations += dur_ns;
+        self.tl.records += 1;
+        gap
+    }
+
+    /// The timeline, and the idle time inside its launch-bound stretches (the gaps a CUDA graph
+    /// of those kernels would close).
+    pub(crate) fn finish(mut self) -> (DeviceTimeline, i64) {
+        self.close_run();
+        let mut tl = self.tl;
+        tl.span_ns = self.busy_end - self.first_start;
+        tl.busy_ns = tl.span_ns - tl.idle_ns;
+        tl.overlap_ns = self.durations - tl.busy_ns;
+        (tl, self.launch_bound_gap_ns)
+    }
+}
+
 /// `items` must be sorted by (device, start).
 pub(crate) fn accumulate(tree: &Tree, items: &[Item], devices: &[i64]) -> Accumulated {
     let (module_of, modules) = module_ids(tree);
@@ -248,57 +341,10 @@ pub(crate) fn accumulate(tree: &Tree, items: &[Item], devices: &[i64]) -> Accumu
     let mut i = 0;
     while i < items.len() {
         let device = items[i].device;
-        let mut tl = DeviceTimeline {
-            device: devices[device as usize],
-            span_ns: 0,
-            busy_ns: 0,
-            idle_ns: 0,
-            overlap_ns: 0,
-            records: 0,
-            gap_counts: [0; 4],
-            gap_ns: [0; 4],
-            launch_bound_stretches: 0,
-            launch_bound_records: 0,
-            launch_bound_ns: 0,
-        };
-        let first_start = items[i].start_ns;
-        let mut busy_end = first_start;
-        let mut durations = 0i64;
-        let mut run_len = 0u64;
-        let mut run_ns = 0i64;
-        let close_run = |tl: &mut DeviceTimeline, run_len: &mut u64, run_ns: &mut i64| {
-            if *run_len >= 3 {
-                tl.launch_bound_stretches += 1;
-                tl.launch_bound_records += *run_len;
-                tl.launch_bound_ns += *run_ns;
-            }
-            *run_len = 0;
-            *run_ns = 0;
-        };
+        let mut tl = TimelineBuilder::new(devices[device as usize], items[i].start_ns);
         while i < items.len() && items[i].device == device {
             let it = &items[i];
-            let end = it.start_ns + it.dur_ns;
-            let gap = (it.start_ns - busy_end).max(0);
-            if gap > 0 {
-                let b = match gap {
-                    g if g < 10_000 => 0,
-                    g if g < 100_000 => 1,
-                    g if g < 1_000_000 => 2,
-                    _ => 3,
-                };
-                tl.gap_counts[b] += 1;
-                tl.gap_ns[b] += gap;
-                tl.idle_ns += gap;
-            }
-            if gap > 0 && gap < LAUNCH_GAP_MAX_NS && it.dur_ns < gap {
-                run_len += 1;
-                run_ns += gap + it.dur_ns;
-            } else {
-                close_run(&mut tl, &mut run_len, &mut run_ns);
-            }
-            busy_end = busy_end.max(end);
-            durations += it.dur_ns;
-            tl.records += 1;
+            let gap = tl.push(it.start_ns, it.dur_ns);
 
             // Groups.
             let owner = it.owner;
@@ -320,11 +366,7 @@ pub(crate) fn accumulate(tree: &Tree, items: &[Item], devices: &[i64]) -> Accumu
             a.by_class[it.class.index()].add(it, gap);
             i += 1;
         }
-        close_run(&mut tl, &mut run_len, &mut run_ns);
-        tl.span_ns = busy_end - first_start;
-        tl.busy_ns = tl.span_ns - tl.idle_ns;
-        tl.overlap_ns = durations - tl.busy_ns;
-        a.timeline.push(tl);
+        a.timeline.push(tl.finish().0);
     }
     // Inclusive time per range: children come after their parents.
     for i in (0..tree.ranges.len()).rev() {

@@ -7,8 +7,11 @@
 use fuseprof_store::Store;
 
 use crate::headroom::{self, Ceiling};
+use crate::hotspots::TimelineBuilder;
 use crate::ops::{self, Role, NONE};
-use crate::{lap, load, steps, AnalyzeConfig, Class, DeviceSummary, Error, Result, Rules};
+use crate::{
+    lap, load, steps, AnalyzeConfig, Class, DeviceSummary, DeviceTimeline, Error, Result, Rules,
+};
 
 /// One GPU record launched by an op instance (or an op nested in it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,6 +94,109 @@ pub struct OpTrace {
     pub op_ranges_with_shapes: u64,
     /// Backward ops were seen (autograd's `*Backward*` ranges or `aten::*_backward` ops).
     pub has_backward: bool,
+    /// What happened between the ops: the GPU's busy and idle time, the host's annotations and
+    /// the calls that made it wait. The advisor's settings read it.
+    pub context: TraceContext,
+}
+
+/// The run around its ops, over the same scope as [`OpTrace::ops`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TraceContext {
+    /// Host-clock windows of the steps in scope, in order (empty when the run has no steps).
+    pub windows: Vec<(i64, i64)>,
+    /// When at least one device ran a record in scope: merged (start, end) intervals, in order.
+    pub busy: Vec<(i64, i64)>,
+    /// Each device's timeline over the records in scope (idle gaps, launch-bound stretches).
+    pub timeline: Vec<DeviceIdle>,
+    /// User ranges in scope (record_function, NVTX, Kineto user annotations such as
+    /// `enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__`), in order per thread.
+    pub annotations: Vec<HostSpan>,
+    /// CUDA API calls in scope that make the host wait for the GPU (stream, device and event
+    /// synchronisation, synchronous copies), in start order.
+    pub syncs: Vec<HostSpan>,
+    /// Compute capability of each device in [`OpTrace::devices`] order, where the store has it.
+    pub compute_capability: Vec<Option<(i64, i64)>>,
+}
+
+/// A device's timeline and the idle time inside its launch-bound stretches.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceIdle {
+    pub timeline: DeviceTimeline,
+    /// Gaps inside the launch-bound stretches of [`DeviceTimeline::launch_bound_ns`]: what the
+    /// GPU would not wait if the stretches' kernels were launched at once (a CUDA graph).
+    pub launch_bound_gap_ns: i64,
+}
+
+/// A span of host time: a range or an API call.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostSpan {
+    /// Index into [`OpTrace::threads`].
+    pub thread: u32,
+    pub start_ns: i64,
+    pub end_ns: i64,
+    /// The range's text or the API call's name (`cudaStreamSynchronize`).
+    pub name: String,
+    /// The outermost op open around it on its thread (`aten::item`), where one is.
+    pub op: Option<String>,
+}
+
+/// CUDA runtime and driver calls that return only once the GPU has finished work queued before
+/// them (names as the runtime spells them, without nsys's `_v3020`-style version suffix).
+const SYNC_CALLS: &[&str] = &[
+    "cudaDeviceSynchronize",
+    "cudaStreamSynchronize",
+    "cudaEventSynchronize",
+    "cudaMemcpy",
+    "cudaMemcpy2D",
+    "cudaMemcpyFromSymbol",
+    "cuCtxSynchronize",
+    "cuStreamSynchronize",
+    "cuEventSynchronize",
+    "cuMemcpyDtoH",
+    "cuMemcpyDtoH_v2",
+];
+
+/// An API name without the `_v3020` suffix nsys exports carry.
+fn api_base(name: &str) -> &str {
+    match name.rsplit_once("_v") {
+        Some((head, tail)) if !tail.is_empty() && tail.bytes().all(|b| b.is_ascii_digit()) => head,
+        _ => name,
+    }
+}
+
+/// Whether API call `name` makes the host wait for the GPU.
+pub fn is_sync_call(name: &str) -> bool {
+    SYNC_CALLS.contains(&api_base(name)) || SYNC_CALLS.contains(&name)
+}
+
+impl TraceContext {
+    /// GPU idle time (no device running a record in scope) inside `[from, to)`.
+    pub fn idle_between(&self, from: i64, to: i64) -> i64 {
+        if to <= from {
+            return 0;
+        }
+        let first = self.busy.partition_point(|&(_, e)| e <= from);
+        let mut busy = 0;
+        for &(s, e) in &self.busy[first..] {
+            if s >= to {
+                break;
+            }
+            busy += e.min(to) - s.max(from);
+        }
+        (to - from) - busy
+    }
+
+    /// When the GPU next starts work at or after `t` (None: it never does in scope).
+    pub fn next_busy_from(&self, t: i64) -> Option<i64> {
+        let i = self.busy.partition_point(|&(_, e)| e <= t);
+        self.busy.get(i).map(|&(s, _)| s.max(t))
+    }
+
+    /// The step window `t` falls in.
+    pub fn window_at(&self, t: i64) -> Option<(i64, i64)> {
+        let i = self.windows.partition_point(|&(s, _)| s <= t);
+        (i > 0 && t < self.windows[i - 1].1).then(|| self.windows[i - 1])
+    }
 }
 
 impl OpTrace {
@@ -227,6 +333,112 @@ pub fn op_trace(store: &mut Store, cfg: &AnalyzeConfig) -> Result<OpTrace> {
     }
     lap(&mut clock, "op trace");
 
+    // The GPU's busy intervals and each device's timeline, over the records in scope.
+    let mut scoped: Vec<&crate::attribution::Item> = Vec::new();
+    let mut hint = 0;
+    for it in &items {
+        if in_scope(it.launch_ns, &mut hint).is_some() {
+            scoped.push(it);
+        }
+    }
+    scoped.sort_by_key(|it| (it.device, it.start_ns));
+    let mut timeline = Vec::new();
+    let mut i = 0;
+    while i < scoped.len() {
+        let device = scoped[i].device;
+        let mut tb = TimelineBuilder::new(loaded.devices[device as usize], scoped[i].start_ns);
+        while i < scoped.len() && scoped[i].device == device {
+            tb.push(scoped[i].start_ns, scoped[i].dur_ns);
+            i += 1;
+        }
+        let (timeline_of, launch_bound_gap_ns) = tb.finish();
+        timeline.push(DeviceIdle {
+            timeline: timeline_of,
+            launch_bound_gap_ns,
+        });
+    }
+    scoped.sort_by_key(|it| it.start_ns);
+    let mut busy: Vec<(i64, i64)> = Vec::new();
+    for it in &scoped {
+        let (s, e) = (it.start_ns, it.start_ns + it.dur_ns);
+        match busy.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => busy.push((s, e)),
+        }
+    }
+
+    // The outermost op open at `t` on `thread` (ops are sorted by (thread, start) and the
+    // outermost ones of a thread do not overlap).
+    let op_at = |thread: u32, t: i64| -> Option<String> {
+        let i = out.partition_point(|o| (o.thread, o.start_ns) <= (thread, t));
+        let o = out.get(i.checked_sub(1)?)?;
+        (o.thread == thread && t < o.end_ns).then(|| o.name.clone())
+    };
+    let mut annotations = Vec::new();
+    let mut hint = 0;
+    let mut last_thread = u32::MAX;
+    for r in &tree.ranges {
+        if r.role() != Role::User {
+            continue;
+        }
+        if r.thread() != last_thread {
+            last_thread = r.thread();
+            hint = 0;
+        }
+        if in_scope(r.start_ns, &mut hint).is_none() {
+            continue;
+        }
+        annotations.push(HostSpan {
+            thread: r.thread(),
+            start_ns: r.start_ns,
+            end_ns: r.end_ns,
+            name: names.get(r.name).to_string(),
+            op: op_at(r.thread(), r.start_ns),
+        });
+    }
+    let mut calls = Vec::new();
+    store.for_each_api_call(|c| {
+        let name = names.get(c.name.0 as u32);
+        if is_sync_call(name) {
+            calls.push((c.pid, c.tid, c.start_ns, c.end_ns, name.to_string()));
+        }
+    })?;
+    calls.sort_by_key(|c| c.2);
+    let mut syncs = Vec::new();
+    for (pid, tid, start_ns, end_ns, name) in calls {
+        let mut hint = 0;
+        if in_scope(start_ns, &mut hint).is_none() {
+            continue;
+        }
+        let thread = tree.thread_index.get(&(pid, tid)).copied();
+        syncs.push(HostSpan {
+            thread: thread.unwrap_or(u32::MAX),
+            start_ns,
+            end_ns,
+            name: api_base(&name).to_string(),
+            op: thread.and_then(|t| op_at(t, start_ns)),
+        });
+    }
+    let context = TraceContext {
+        windows: match window {
+            Some(w) => vec![(w.start_ns, w.end_ns)],
+            None => windows.iter().map(|w| (w.start_ns, w.end_ns)).collect(),
+        },
+        busy,
+        timeline,
+        annotations,
+        syncs,
+        compute_capability: loaded
+            .devices
+            .iter()
+            .map(|&id| {
+                let d = loaded.device_rows.iter().find(|d| d.id == id)?;
+                Some((d.compute_major?, d.compute_minor?))
+            })
+            .collect(),
+    };
+    lap(&mut clock, "op trace context");
+
     let path = &loaded.path;
     Ok(OpTrace {
         file: path.file_name().map_or_else(
@@ -264,5 +476,6 @@ pub fn op_trace(store: &mut Store, cfg: &AnalyzeConfig) -> Result<OpTrace> {
         op_ranges,
         op_ranges_with_shapes: with_shapes,
         has_backward,
+        context,
     })
 }

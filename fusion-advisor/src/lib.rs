@@ -22,7 +22,7 @@
 //!     ops: vec![op("aten::linear", "[[8192, 768], [3072, 768], [3072]]"),
 //!               op("aten::gelu", "[[8192, 3072], []]")],
 //!     kernel_names: vec!["nvjet_hsh".into()], op_ranges: 2, op_ranges_with_shapes: 2,
-//!     has_backward: false,
+//!     has_backward: false, context: Default::default(),
 //! };
 //! let advice = advise_trace(&trace, &AdviseConfig::default()).unwrap();
 //! // No device is named, so there are no ceilings to estimate against: the chain is matched
@@ -99,9 +99,68 @@ pub struct Advice {
     pub unbundled: Vec<Unbundled>,
     pub totals: Totals,
     pub notes: Vec<String>,
-    /// Changes to the program's settings that come before kernels (the fused optimizer).
+    /// Changes to the program's settings that come before kernels (`settings/`: the fused
+    /// optimizer, precision, the input pipeline, syncs, layout, CUDA graphs, hand-written
+    /// functions, BatchNorm folding), largest saving first.
     #[serde(default)]
     pub settings: Vec<Setting>,
+    /// The settings and the proposals together, largest saving first.
+    #[serde(default)]
+    pub ranking: Vec<Ranked>,
+}
+
+/// One line of [`Advice::ranking`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Ranked {
+    /// 1 = largest saving.
+    pub rank: usize,
+    /// `setting` or `proposal`.
+    pub kind: String,
+    /// The setting's or the proposal's id.
+    pub id: String,
+    pub title: String,
+    pub saving_ns_per_step: f64,
+    pub saving_pct_of_step: f64,
+}
+
+/// Orders the settings and the proposals by saving into one ranking, and gives each setting
+/// its place in it (proposals keep their rank among proposals, which `bench` and the reports
+/// use).
+fn rank_all(settings: &mut [Setting], proposals: &[Proposal]) -> Vec<Ranked> {
+    let mut all: Vec<Ranked> = settings
+        .iter()
+        .map(|s| Ranked {
+            rank: 0,
+            kind: "setting".into(),
+            id: s.id.clone(),
+            title: s.title.clone(),
+            saving_ns_per_step: s.saving_ns_per_step,
+            saving_pct_of_step: s.saving_pct_of_step,
+        })
+        .chain(proposals.iter().map(|p| Ranked {
+            rank: 0,
+            kind: "proposal".into(),
+            id: p.id.clone(),
+            title: p.title.clone(),
+            saving_ns_per_step: p.saving_ns_per_step,
+            saving_pct_of_step: p.saving_pct_of_step,
+        }))
+        .collect();
+    all.sort_by(|a, b| {
+        b.saving_ns_per_step
+            .total_cmp(&a.saving_ns_per_step)
+            .then_with(|| a.kind.cmp(&b.kind).reverse())
+            .then_with(|| a.id.cmp(&b.id))
+    });
+    for (i, r) in all.iter_mut().enumerate() {
+        r.rank = i + 1;
+        if r.kind == "setting" {
+            if let Some(s) = settings.iter_mut().find(|s| s.id == r.id) {
+                s.rank = r.rank;
+            }
+        }
+    }
+    all
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -859,6 +918,8 @@ pub fn advise_trace(trace: &OpTrace, cfg: &AdviseConfig) -> Result<Advice> {
         measured_saving_ns_per_step: None,
         unbundled_saving_ns_per_step: ub.iter().map(|u| u.saving_ns_per_step).sum::<f64>() + 0.0,
     };
+    let mut settings = settings::all(trace, step_gpu_ns, ceiling.as_ref(), cfg.min_saving_pct);
+    let ranking = rank_all(&mut settings, &proposals);
     Ok(Advice {
         format: "fuseprof-advice".into(),
         version: ADVICE_VERSION,
@@ -882,8 +943,7 @@ pub fn advise_trace(trace: &OpTrace, cfg: &AdviseConfig) -> Result<Advice> {
         unbundled: ub,
         totals,
         notes,
-        settings: settings::optimizer(trace, step_gpu_ns)
-            .into_iter()
-            .collect(),
+        settings,
+        ranking,
     })
 }

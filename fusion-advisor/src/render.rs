@@ -47,12 +47,29 @@ pub fn render_text(a: &Advice, top: usize) -> String {
     }
     if !a.settings.is_empty() {
         let _ = writeln!(o);
+        let _ = writeln!(
+            o,
+            "By saving per {per}, settings and kernel proposals together:"
+        );
+        for r in &a.ranking {
+            let _ = writeln!(
+                o,
+                "{:>3}  {:<8}  {:>10} us  {:>6.2}%  {}",
+                r.rank,
+                r.kind,
+                us(r.saving_ns_per_step),
+                r.saving_pct_of_step,
+                r.id
+            );
+        }
+        let _ = writeln!(o);
         let _ = writeln!(o, "Before kernels, the program's own settings:");
         for s in &a.settings {
             wrap(
                 &mut o,
                 &format!(
-                    "{}: {}: {} -> {} us per {per}, saving {} us ({:.1}% of the {per})",
+                    "#{} {}: {}: {} -> {} us per {per}, saving {} us ({:.1}% of the {per})",
+                    s.rank,
                     s.id,
                     s.title,
                     us(s.current_ns_per_step),

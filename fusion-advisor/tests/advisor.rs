@@ -983,9 +983,7 @@ fn a_foreach_adam_step_is_told_to_fuse_and_a_fused_one_is_not() {
         &AdviseConfig::default(),
     )
     .unwrap();
-    assert_eq!(a.settings.len(), 1, "{:?}", a.settings);
-    let s = &a.settings[0];
-    assert_eq!(s.id, "optimizer-fused");
+    let s = setting(&a, "optimizer-fused");
     // The ten ops' GPU time a step, and seven passes at half the cheapest two-list op.
     assert!(
         (s.current_ns_per_step - 1.108e6).abs() < 5e3,
@@ -1009,10 +1007,233 @@ fn a_foreach_adam_step_is_told_to_fuse_and_a_fused_one_is_not() {
         text.contains("Before kernels") && text.contains("optimizer-fused"),
         "{text}"
     );
+    // The text ranks settings and proposals together, the setting at its rank.
+    assert!(text.contains("By saving per step, settings and kernel proposals together"));
+    assert!(
+        text.contains(&format!("#{} optimizer-fused", s.rank)),
+        "{text}"
+    );
     let r = advise_file(
         &store_for("recordings/users/tv_resnet18_train.sqlite.gz"),
         &AdviseConfig::default(),
     )
     .unwrap();
-    assert!(r.settings.is_empty(), "{:?}", r.settings);
+    assert!(
+        r.settings.iter().all(|s| s.id != "optimizer-fused"),
+        "{:?}",
+        r.settings
+    );
+}
+
+/// Every committed recording (`fixtures/recordings`, the users' scripts included), found on
+/// disk so that a new one is not missed.
+fn recordings() -> Vec<String> {
+    let root = fuseprof_fixtures::path("recordings");
+    let mut out = Vec::new();
+    let mut dirs = vec![root.clone()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let name = p.to_string_lossy().to_string();
+            if p.is_dir() {
+                dirs.push(p);
+            } else if name.ends_with(".sqlite.gz") || name.ends_with(".kineto.json.gz") {
+                let rel = p.strip_prefix(root.parent().unwrap()).unwrap();
+                out.push(rel.to_string_lossy().into_owned());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The settings each recording is told, by id, and why. The recordings are AMP (or TF32) runs
+/// of models written with PyTorch's own functions, so most rules are silent; what fires is
+/// what the run shows.
+fn expected_settings(rel: &str) -> Option<&'static [&'static str]> {
+    const LAUNCH: &str = "launch-cuda-graphs";
+    Some(match rel.rsplit('/').next().unwrap() {
+        // No op ranges: nothing to advise on (advise refuses it).
+        "gpu_test.sqlite.gz" => return None,
+        // ViT's patch embedding is an NCHW fp16 convolution that cuDNN transposes each call.
+        "vit_b16_infer_shapes.sqlite.gz" => &[LAUNCH, "conv-channels-last"],
+        // foreach AdamW; GradScaler's .item() on found_inf drains the queue each step.
+        "swin_t_train_step_shapes.sqlite.gz" => &[LAUNCH, "sync-in-step", "optimizer-fused"],
+        // GPT-2's NewGELUActivation is the tanh GELU written out.
+        "hf_gpt2.sqlite.gz" => &[LAUNCH, "handwritten-norms"],
+        // Run without autocast: its linears are TF32.
+        "timm_swin_s.sqlite.gz" => &[LAUNCH, "precision-bf16"],
+        // NCHW ResNet-18: cuDNN transposes around every convolution.
+        "tv_resnet18_train.sqlite.gz" => &[LAUNCH, "conv-channels-last"],
+        _ => &[LAUNCH],
+    })
+}
+
+/// All rules over every committed recording: each is silent unless the run shows its symptom
+/// (the expected list says which, and why), what is said holds together (a saving no larger
+/// than the time it comes from, evidence, a change), and the launch-bound saving, measured
+/// under a tracer, says it is an upper bound.
+#[test]
+fn every_rule_over_every_committed_recording_is_silent_or_shows_its_symptom() {
+    let all = recordings();
+    assert!(all.len() >= 10, "{all:?}");
+    for rel in all {
+        let Some(expected) = expected_settings(&rel) else {
+            continue;
+        };
+        let a = advise_file(&store_for(&rel), &AdviseConfig::default())
+            .unwrap_or_else(|e| panic!("{rel}: {e}"));
+        let mut ids: Vec<&str> = a.settings.iter().map(|s| s.id.as_str()).collect();
+        ids.sort_unstable();
+        let mut want = expected.to_vec();
+        want.sort_unstable();
+        assert_eq!(ids, want, "{rel}: {:#?}", a.settings);
+        for s in &a.settings {
+            assert!(s.saving_ns_per_step > 0.0, "{rel} {s:?}");
+            assert!(
+                s.saving_ns_per_step <= s.current_ns_per_step + 1e-6,
+                "{rel} {s:?}"
+            );
+            assert!(s.saving_pct_of_step >= AdviseConfig::default().min_saving_pct);
+            assert!(!s.evidence.is_empty() && !s.change.is_empty() && !s.estimate.is_empty());
+            if s.id == "launch-cuda-graphs" {
+                assert!(s.estimate.contains("upper bound"), "{}", s.estimate);
+            }
+        }
+        // One ranking of settings and proposals, by saving.
+        assert_eq!(
+            a.ranking.len(),
+            a.settings.len() + a.proposals.len(),
+            "{rel}"
+        );
+        for w in a.ranking.windows(2) {
+            assert!(w[0].saving_ns_per_step >= w[1].saving_ns_per_step, "{rel}");
+        }
+        for s in &a.settings {
+            assert_eq!(a.ranking[s.rank - 1].id, s.id, "{rel}");
+        }
+    }
+}
+
+fn setting<'a>(a: &'a Advice, id: &str) -> &'a fuseprof_fusion_advisor::Setting {
+    a.settings
+        .iter()
+        .find(|s| s.id == id)
+        .unwrap_or_else(|| panic!("no {id} in {:#?}", a.settings))
+}
+
+/// Swin-S run in FP32 on an H200: its linears ran as TF32 (`nvjet_sm90_tst`), so autocast to
+/// bf16 halves them at the same efficiency (TF32's ceiling is half the 16-bit one); TF32 is
+/// not offered again.
+#[test]
+fn tf32_linears_of_a_real_run_are_told_to_autocast_and_amp_runs_are_not() {
+    let a = advise(&store_for("recordings/users/timm_swin_s.sqlite.gz")).unwrap();
+    let s = setting(&a, "precision-bf16");
+    let ratio = s.expected_ns_per_step / s.current_ns_per_step;
+    assert!((0.45..=0.55).contains(&ratio), "{s:#?}");
+    assert!(s
+        .evidence
+        .iter()
+        .any(|e| e.contains("tst") && e.contains("TF32")));
+    assert!(s.change.contains("torch.autocast") && !s.change.contains("allow_tf32"));
+    for rel in [
+        "recordings/swin_t_train_step_shapes.sqlite.gz",
+        "recordings/users/tv_resnet18_train.sqlite.gz",
+    ] {
+        let a = advise(&store_for(rel)).unwrap();
+        assert!(a.settings.iter().all(|s| s.id != "precision-bf16"), "{rel}");
+    }
+}
+
+/// GPT-2's tanh GELU, written out as eight ops in each of its 12 blocks.
+#[test]
+fn gpt2s_hand_written_gelu_is_told_to_use_f_gelu() {
+    let a = advise(&store_for("recordings/users/hf_gpt2.sqlite.gz")).unwrap();
+    let s = setting(&a, "handwritten-norms");
+    assert!(s.title.contains("GELU (tanh)"), "{}", s.title);
+    assert!(
+        s.evidence[0].contains("mul -> pow -> mul -> add -> mul -> tanh -> add -> mul")
+            && s.evidence[0].contains("12.0 a step"),
+        "{:?}",
+        s.evidence
+    );
+    assert_eq!(s.change, "F.gelu(x, approximate=\"tanh\")");
+    // Eight passes become one: at most an eighth of the time stays.
+    assert!(
+        s.expected_ns_per_step < s.current_ns_per_step / 4.0,
+        "{s:#?}"
+    );
+}
+
+/// HTA's training rank: its `## data_load ##` range leaves the GPU idle part of the time.
+#[test]
+fn a_real_data_load_range_with_the_gpu_idle_is_told_about_loader_workers() {
+    let a = advise(&store_for(
+        "kineto/hta_timeline_analysis_sampled_rank-0.json.gz",
+    ))
+    .unwrap();
+    let s = setting(&a, "input-pipeline");
+    assert!(
+        s.evidence[0].starts_with("## data_load ##"),
+        "{:?}",
+        s.evidence
+    );
+    assert!(s.change.contains("num_workers") && s.change.contains("pin_memory=True"));
+    // The idle time is part of the loader's host time.
+    assert_eq!(s.expected_ns_per_step, 0.0);
+}
+
+/// The Swin-T training step reads GradScaler's found_inf with `.item()`: the GPU idles after it.
+#[test]
+fn a_real_item_inside_the_step_is_found_with_the_idle_after_it() {
+    let a = advise(&store_for("recordings/swin_t_train_step_shapes.sqlite.gz")).unwrap();
+    let s = setting(&a, "sync-in-step");
+    assert!(
+        s.evidence[0].starts_with("cudaStreamSynchronize in aten::item"),
+        "{:?}",
+        s.evidence
+    );
+    assert!(s.change.contains(".item()"), "{}", s.change);
+}
+
+/// The transposes around NCHW convolutions, against the analysis's own kernel table: the
+/// saving is their time (those launched by convolutions), per step.
+#[test]
+fn channels_last_saves_the_recorded_transposes() {
+    for rel in [
+        "recordings/users/tv_resnet18_train.sqlite.gz",
+        "recordings/vit_b16_infer_shapes.sqlite.gz",
+    ] {
+        let path = store_for(rel);
+        let a = advise(&path).unwrap();
+        let s = setting(&a, "conv-channels-last");
+        let an = fuseprof_analyzer::analyze_file(&path, &Default::default()).unwrap();
+        let transposes: i64 = an
+            .by_kernel
+            .iter()
+            .filter(|k| k.name.contains("nchwToNhwc") || k.name.contains("nhwcToNchw"))
+            .map(|k| k.total_ns)
+            .sum();
+        let per_step = transposes as f64 / an.steps.steps.len().max(1) as f64;
+        assert!(
+            s.saving_ns_per_step > 0.0 && s.saving_ns_per_step <= per_step + 1.0,
+            "{rel}"
+        );
+        assert!(s.estimate.contains("not estimated"), "{}", s.estimate);
+    }
+}
+
+/// The launch-bound saving is the gaps of the analysis's launch-bound stretches.
+#[test]
+fn the_launch_bound_saving_is_inside_the_analysis_launch_bound_time() {
+    let path = store_for("recordings/swin_t_infer_modules.sqlite.gz");
+    let a = advise(&path).unwrap();
+    let s = setting(&a, "launch-cuda-graphs");
+    let an = fuseprof_analyzer::analyze_file(&path, &Default::default()).unwrap();
+    let steps = an.steps.steps.len().max(1) as f64;
+    let lb: i64 = an.timeline.iter().map(|d| d.launch_bound_ns).sum();
+    let idle: i64 = an.timeline.iter().map(|d| d.idle_ns).sum();
+    // The step scope holds what the whole run's timeline holds, or less.
+    assert!(s.current_ns_per_step <= lb as f64 / steps + 1.0, "{s:#?}");
+    assert!(s.saving_ns_per_step <= idle as f64 / steps + 1.0);
 }

@@ -160,10 +160,29 @@ fn every_recording_gets_every_section() {
             text.contains("ops with FLOPs are drawn"),
             "{rel}: no roofline"
         );
-        // The training recording's AdamW steps with foreach: the page says fused=True.
+        // The page shows every setting the advisor gives, with its rank, change, saving and
+        // how it was estimated; the training recording's AdamW steps with foreach, so its
+        // settings include fused=True.
+        let advice = fuseprof_fusion_advisor::advise_file(&run, &Default::default()).unwrap();
         assert_eq!(
-            text.contains("Before kernels") && text.contains("fused=True"),
-            rel.contains("train"),
+            text.contains("Before kernels"),
+            !advice.settings.is_empty(),
+            "{rel}"
+        );
+        for s in &advice.settings {
+            assert!(text.contains(&s.change), "{rel}: {}", s.change);
+            assert!(text.contains(&format!("{}: {}", s.id, s.title)), "{rel}");
+            assert!(
+                text.contains(&format!("{:.2}", s.saving_pct_of_step)),
+                "{rel}"
+            );
+        }
+        if !advice.settings.is_empty() {
+            assert!(text.contains("how estimated"), "{rel}");
+        }
+        assert_eq!(
+            text.contains("fused=True"),
+            rel.contains("swin_t_train"),
             "{rel}"
         );
     }

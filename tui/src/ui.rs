@@ -467,12 +467,25 @@ fn draw_details(f: &mut Frame, app: &App, area: Rect, full: bool) {
     );
 }
 
-/// `fuseprof advise` on the first run: the proposals ranked by saving, with what `bench`
-/// measured, and the selected one's chain, estimate and call.
+/// The settings the advisor shows above the proposals, at most.
+const ADVISOR_SETTINGS: usize = 5;
+
+/// `fuseprof advise` on the first run: the settings that come before kernels (each with its
+/// place among settings and proposals by saving, and its one-line change), then the proposals
+/// ranked by saving, with what `bench` measured, and the selected one's chain, estimate and
+/// call.
 fn draw_advisor(f: &mut Frame, app: &mut App, area: Rect) {
-    let [head, table, detail] = Layout::vertical([
+    let settings_h = match app.runs[0].advice() {
+        AdviceState::Ready(a) if !a.settings.is_empty() => {
+            // A border, a header, and two lines per setting (figures, then the change).
+            2 + 2 * a.settings.len().min(ADVISOR_SETTINGS) as u16
+        }
+        _ => 0,
+    };
+    let [head, settings, table, detail] = Layout::vertical([
         Constraint::Length(2),
-        Constraint::Percentage(55),
+        Constraint::Length(settings_h),
+        Constraint::Percentage(45),
         Constraint::Min(3),
     ])
     .areas(area);
@@ -517,6 +530,36 @@ fn draw_advisor(f: &mut Frame, app: &mut App, area: Rect) {
         ]),
         head,
     );
+    if !advice.settings.is_empty() {
+        let w = settings.width as usize;
+        let id_w = w.saturating_sub(4 + 10 * 2 + 8 + 3).clamp(12, 48);
+        let mut lines = vec![Line::from(TSpan::styled(
+            format!(
+                "{:>3} {:<id_w$} {:>9} {:>9} {:>7}  before kernels: the program's own settings (# ranks them with the proposals)",
+                "#", "setting", "now", "saving", "%"
+            ),
+            Style::new().add_modifier(Modifier::BOLD),
+        ))];
+        for st in advice.settings.iter().take(ADVISOR_SETTINGS) {
+            lines.push(Line::from(format!(
+                "{:>3} {:<id_w$} {:>9} {:>9} {:>7.2}  {}",
+                st.rank,
+                fit(&st.id, id_w),
+                dur(st.current_ns_per_step as i64),
+                dur(st.saving_ns_per_step as i64),
+                st.saving_pct_of_step,
+                st.title
+            )));
+            lines.push(Line::from(TSpan::styled(
+                format!("    change: {}", st.change),
+                Style::new().fg(Color::DarkGray),
+            )));
+        }
+        f.render_widget(
+            Paragraph::new(lines).block(Block::default().borders(Borders::TOP)),
+            settings,
+        );
+    }
     if advice.proposals.is_empty() {
         f.render_widget(
             Paragraph::new("no proposals for this run")

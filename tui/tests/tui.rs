@@ -530,6 +530,14 @@ fn the_advisor_view_lists_proposals_and_enter_jumps_to_their_instances() {
     assert!(s.contains("proposals cover"), "{s}");
     assert!(s.contains("wattn-4096x3x49x32-shifted"), "{s}");
     assert!(s.contains("call: out = fk.attention(qkv, heads=3"), "{s}");
+    // The settings before kernels, each with its rank among settings and proposals and its
+    // change: this recording is launch-bound under the tracer.
+    assert!(
+        s.contains("before kernels: the program's own settings"),
+        "{s}"
+    );
+    assert!(s.contains("launch-cuda-graphs"), "{s}");
+    assert!(s.contains("change: model = torch.compile(model"), "{s}");
     key(&mut a, KeyCode::Char('j'));
     assert_eq!(a.advisor_row, 1);
     key(&mut a, KeyCode::Enter);

@@ -602,26 +602,36 @@ fn advice_section(h: &mut String, d: &ReportData) {
     h.push_str("</section>");
 }
 
-/// What the advisor says before kernels: changes to the program's own settings.
+/// What the advisor says before kernels: changes to the program's own settings, each with its
+/// place in the ranking of settings and kernel proposals together, how its saving was estimated
+/// and the evidence.
 fn settings_table(h: &mut String, settings: &[fuseprof_fusion_advisor::Setting]) {
     if settings.is_empty() {
         return;
     }
     h.push_str("<h3>Before kernels: the program's own settings</h3>");
     let mut tb = Table::new(&[
+        ("rank", true),
         ("setting", false),
         ("change", false),
         ("now µs/step", true),
-        ("expected saving µs/step", true),
+        ("expected µs/step", true),
+        ("saving µs/step", true),
+        ("saving % of step", true),
+        ("how estimated", false),
         ("evidence", false),
     ]);
     for s in settings {
         tb.row(&[
-            code(&s.id),
+            num(s.rank.to_string(), s.rank as f64),
+            t(&format!("{}: {}", s.id, s.title)),
             code(&s.change),
             num(us(s.current_ns_per_step), s.current_ns_per_step),
+            num(us(s.expected_ns_per_step), s.expected_ns_per_step),
             num(us(s.saving_ns_per_step), s.saving_ns_per_step),
-            t(&format!("{} {}", s.estimate, s.evidence.join("; "))),
+            num(format!("{:.2}", s.saving_pct_of_step), s.saving_pct_of_step),
+            t(&s.estimate),
+            t(&s.evidence.join("; ")),
         ]);
     }
     h.push_str(&tb.finish());

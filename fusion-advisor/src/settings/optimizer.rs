@@ -1,7 +1,3 @@
-//! Advice that comes before kernels: a change to the program's own settings that the trace
-//! says would pay, with the time it costs now, the expected saving, the evidence and the
-//! one-line change.
-//!
 //! The optimizer: Adam and AdamW with `foreach` (PyTorch's default on CUDA) run each step as a
 //! series of `_foreach_*` kernels, each streaming whole lists of tensors (every parameter, its
 //! gradient, its two moments) through memory; `fused=True` does the step in one pass, and a
@@ -12,27 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use fuseprof_analyzer::OpTrace;
-use serde::{Deserialize, Serialize};
-
-/// A change to the program (not a kernel) and what it should save.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Setting {
-    /// `optimizer-fused`.
-    pub id: String,
-    pub title: String,
-    /// GPU time per step of the ops the change replaces.
-    pub current_ns_per_step: f64,
-    pub expected_ns_per_step: f64,
-    pub saving_ns_per_step: f64,
-    pub saving_pct_of_step: f64,
-    /// How the expected time was reached.
-    pub estimate: String,
-    /// What in the trace shows it: the ops, their counts and times.
-    pub evidence: Vec<String>,
-    /// The change, as one line of the program.
-    pub change: String,
-}
+use super::{base, Ctx, Setting};
 
 /// The foreach ops that only Adam-family optimizers issue together.
 const ADAM_SIGNATURE: [&str; 2] = ["_foreach_addcdiv_", "_foreach_sqrt"];
@@ -43,12 +19,9 @@ const TWO_PASS: [&str; 2] = ["_foreach_mul_", "_foreach_sqrt"];
 const FUSED_PASSES: f64 = 7.0;
 const AMP_UNSCALE: &str = "_amp_foreach_non_finite_check_and_unscale_";
 
-fn base(name: &str) -> &str {
-    name.rsplit("::").next().unwrap_or(name)
-}
-
 /// `fused=True` for an Adam or AdamW stepping with `foreach`, where the trace has its ops.
-pub(crate) fn optimizer(trace: &OpTrace, step_gpu_ns: f64) -> Option<Setting> {
+pub(super) fn rule(ctx: &Ctx) -> Option<Setting> {
+    let trace = ctx.trace;
     let mut by_name: BTreeMap<&str, (usize, i64)> = BTreeMap::new();
     let mut fused = false;
     // One pass over a list: the cheapest call of an op that moves two lists, halved.
@@ -94,31 +67,26 @@ pub(crate) fn optimizer(trace: &OpTrace, step_gpu_ns: f64) -> Option<Setting> {
             .into(),
     );
     let amp = by_name.contains_key(AMP_UNSCALE);
-    Some(Setting {
-        id: "optimizer-fused".into(),
-        title: "Adam/AdamW with foreach -> fused=True (one pass over the parameters a step)".into(),
-        current_ns_per_step: current,
-        expected_ns_per_step: expected,
-        saving_ns_per_step: current - expected,
-        saving_pct_of_step: if step_gpu_ns > 0.0 {
-            100.0 * (current - expected) / step_gpu_ns
+    let mut s = ctx.setting(
+        "optimizer-fused",
+        "Adam/AdamW with foreach -> fused=True (one pass over the parameters a step)",
+        current,
+        expected,
+    );
+    s.estimate = format!(
+        "{FUSED_PASSES} passes over the parameter lists (read param, grad, exp_avg, \
+         exp_avg_sq; write param, exp_avg, exp_avg_sq) at {:.1} us a pass, the cheapest \
+         op of the step that reads one list and writes one, halved{}",
+        pass_ns / 1e3,
+        if amp {
+            "; the GradScaler's unscaling pass goes too (a fused optimizer unscales itself)"
         } else {
-            0.0
-        },
-        estimate: format!(
-            "{FUSED_PASSES} passes over the parameter lists (read param, grad, exp_avg, \
-             exp_avg_sq; write param, exp_avg, exp_avg_sq) at {:.1} us a pass, the cheapest \
-             op of the step that reads one list and writes one, halved{}",
-            pass_ns / 1e3,
-            if amp {
-                "; the GradScaler's unscaling pass goes too (a fused optimizer unscales itself)"
-            } else {
-                ""
-            }
-        ),
-        evidence,
-        change: "torch.optim.AdamW(model.parameters(), lr=..., fused=True)  # or Adam(..., \
-                 fused=True); needs the parameters on CUDA in fp32/fp16/bf16"
-            .into(),
-    })
+            ""
+        }
+    );
+    s.evidence = evidence;
+    s.change = "torch.optim.AdamW(model.parameters(), lr=..., fused=True)  # or Adam(..., \
+                fused=True); needs the parameters on CUDA in fp32/fp16/bf16"
+        .into();
+    Some(s)
 }
