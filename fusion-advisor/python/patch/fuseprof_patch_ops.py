@@ -324,37 +324,37 @@ def _backward_window_reverse_residual(ctx, g_out, g_ln):
 
 
 def _attention_backward_cuda(qkv, add, heads, seq, scale, g, need_add):
-    """The same on the GPU in fp16/bf16, through PyTorch's memory-efficient attention: its
-    forward recomputes the row statistics (log-sum-exp), its backward recomputes the
+    """_attention_backward on the GPU in fp16/bf16, through PyTorch's memory-efficient attention:
+    its forward recomputes the row statistics (log-sum-exp), its backward recomputes the
     probabilities tile by tile on chip and gives the additive term's gradient, so nothing of
-    [B, heads, seq, seq] is stored but the term itself (in q's dtype, its rows padded to 16
-    elements as the kernel needs)."""
+    [B, heads, seq, seq] is stored but the term itself, written once (in q's dtype, its rows
+    padded to 16 elements as the kernel needs)."""
     q, k, v, d = _split_qkv(qkv, heads, seq)
     bias = None
     if add is not None:
         full = torch.empty(q.shape[0], heads, seq, -(-seq // 16) * 16, device=q.device, dtype=q.dtype)
         bias = full[..., :seq]
-        bias.copy_(add.expand(q.shape[0], heads, seq, seq))
+        bias.unflatten(0, (-1, add.shape[0])).copy_(add.unsqueeze(0))
     do = g.to(q.dtype).reshape(q.shape[0], seq, heads, d).transpose(1, 2)
     out, lse, seed, offset = torch.ops.aten._scaled_dot_product_efficient_attention(
         q, k, v, bias, True, 0.0, False, scale=scale)
     dq, dk, dv, dbias = torch.ops.aten._scaled_dot_product_efficient_attention_backward(
         do, q, k, v, bias, out, lse, seed, offset, 0.0, [True, True, True, need_add and bias is not None], False,
         scale=scale)
-    dqkv = torch.stack([dq, dk, dv], dim=2).permute(0, 3, 2, 1, 4).reshape(qkv.shape)
-    return dqkv, dbias
+    return pack_qkv(dq, dk, dv).reshape(qkv.shape), dbias
 
 
 def _attention_backward(qkv, add, heads, seq, scale, g, need_add=True):
-    """(dqkv, d(add) summed over the entries that share each term) of softmax(q kᵀ·scale + add) v,
-    with the probabilities recomputed. add: None or broadcastable to [B, heads, seq, seq]."""
+    """(dqkv, the gradient of each batch entry's additive term [B, heads, seq, seq]) of
+    softmax(q kᵀ·scale + add) v, with the probabilities recomputed. add: None or [M, heads or 1,
+    seq or 1, seq], batch entry b adding add[b % M] (M divides B: window terms, key-padding rows)."""
     if qkv.is_cuda and qkv.dtype in (torch.float16, torch.bfloat16):
         return _attention_backward_cuda(qkv, add, heads, seq, scale, g, need_add)
     q, k, v, d = _split_qkv(qkv, heads, seq)
     q, k, v = _wide(q), _wide(k), _wide(v)
     s = (q @ k.transpose(-1, -2)) * scale
     if add is not None:
-        s = s + add
+        s = s + _wide(add).repeat(q.shape[0] // add.shape[0], 1, 1, 1)
     p = s.softmax(-1)
     do = _wide(g).reshape(q.shape[0], seq, heads, d).transpose(1, 2)
     dv = p.transpose(-1, -2) @ do
@@ -362,9 +362,7 @@ def _attention_backward(qkv, add, heads, seq, scale, g, need_add=True):
     ds = p * (dp - (dp * p).sum(-1, keepdim=True))
     dq = (ds @ k) * scale
     dk = (ds.transpose(-1, -2) @ q) * scale
-    dqkv = torch.stack([dq, dk, dv], dim=2)  # [B, H, 3, N, d] -> rows q | k | v, heads inner
-    dqkv = dqkv.permute(0, 3, 2, 1, 4).reshape(qkv.shape).to(qkv.dtype)
-    return dqkv, ds
+    return pack_qkv(dq, dk, dv).reshape(qkv.shape).to(qkv.dtype), ds
 
 
 def _setup_window_attention(ctx, inputs, output):
@@ -378,9 +376,7 @@ def _backward_window_attention(ctx, g):
     heads, seq = ctx.heads, ctx.seq
     n_win = add.shape[0]
     batch = qkv.numel() // qkv.shape[-1] // seq
-    term = add[..., :seq].unsqueeze(0).expand(batch // n_win, n_win, heads, seq, seq)
-    term = term.reshape(batch, heads, seq, seq) if qkv.is_cuda else _wide(term).reshape(batch, heads, seq, seq)
-    dqkv, ds = _attention_backward(qkv, term, heads, seq, ctx.scale, g, ctx.needs_input_grad[1])
+    dqkv, ds = _attention_backward(qkv, add[..., :seq], heads, seq, ctx.scale, g, ctx.needs_input_grad[1])
     dadd = None
     if ctx.needs_input_grad[1]:
         # Window b adds term b % nW; the padding columns take no gradient.
@@ -398,7 +394,7 @@ def _setup_attention(ctx, inputs, output):
 def _backward_attention(ctx, g):
     qkv, kpm = ctx.saved_tensors
     seq = ctx.seq
-    add = None if kpm is None else _wide(kpm).reshape(-1, 1, 1, seq)
+    add = None if kpm is None else kpm.reshape(-1, 1, 1, seq)
     dqkv, _ = _attention_backward(qkv, add, ctx.heads, seq, ctx.scale, g, False)
     return dqkv, None, None, None, None  # a key-padding mask has no gradient
 
