@@ -236,7 +236,10 @@ enum Command {
         /// With a command: the patch layer's patterns to apply, comma-separated. Default: the
         /// advised ones (the baseline run once with op shapes, `advise` on it, `bench` on each
         /// proposal's shapes; a pattern whose chains ran faster, all within tolerance, is
-        /// applied). `default` names every exact replacement the patch layer knows.
+        /// applied, with the settings advise found that the patch layer can switch). `default`
+        /// names every exact replacement the patch layer knows; the settings autocast_bf16,
+        /// tf32, fused_optimizer, cudnn_benchmark and channels_last switch the program's own
+        /// settings without editing it (numerics then checked against float32, wider).
         #[arg(long, requires = "command", value_delimiter = ',')]
         apply: Vec<String>,
         /// With a command: keep the runs of both sides in this folder.

@@ -22,6 +22,7 @@ const PATCH_GRAPH: &str = include_str!("../python/patch/fuseprof_graph.py");
 const TORCH_OPS_CPP: &str = include_str!("../python/patch/fuseprof_torch_ops.cpp");
 const PATCH_SITE: &str = include_str!("../python/patch/sitecustomize.py");
 const PATCH_STEPS: &str = include_str!("../python/patch/fuseprof_steps.py");
+const PATCH_SETTINGS: &str = include_str!("../python/patch/fuseprof_settings.py");
 const KERNELS_PY: &str = include_str!("../../kernels/python/fuseprof_kernels.py");
 
 /// How both sides run the model in one mode of the comparison.
@@ -157,6 +158,8 @@ pub struct ModeResult {
     /// Modules the patch layer replaced (0: it ran the original code everywhere, as it does
     /// for a model in training mode).
     pub patched_modules: usize,
+    /// The settings the patch layer switched on (`fuseprof_settings.py`).
+    pub settings: Vec<String>,
     /// Whether this mode's patched runs passed the numerics check (the patch layer's and, for
     /// a program that trains, the loss curves'), and why not.
     pub numerics_passed: bool,
@@ -172,12 +175,19 @@ pub struct ModeResult {
 /// step: a few tenths of a percent over 20 steps. A NaN, a loss that does not move with the
 /// baseline's (an update that is wrong or missing), or one that diverges lies well outside.
 pub const LOSS_TOLERANCE: f64 = 0.02;
+/// The same where the patched side computes in a lower precision than the baseline (bf16
+/// autocast or TF32 switched on): bf16 rounds each op 2^-9 relative against float32's 2^-24,
+/// so the curves of a correct step move further apart over 20 steps; a NaN, a divergence or a
+/// missing update still lies outside.
+pub const LOSS_TOLERANCE_PRECISION: f64 = 0.05;
 /// Steps of the loss curves compared.
 pub const LOSS_STEPS: usize = 20;
 
 /// The loss curves of one mode's first round, side by side.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct LossCurves {
+    /// [`LOSS_TOLERANCE`], or [`LOSS_TOLERANCE_PRECISION`] where a setting lowered the precision.
+    pub tolerance: f64,
     pub baseline: Vec<f64>,
     pub patched: Vec<f64>,
     /// The largest |patched - baseline| over the steps compared, relative to the largest
@@ -213,6 +223,7 @@ pub fn loss_curves(
     baseline: &[f64],
     patched: &[f64],
     baseline_again: Option<&[f64]>,
+    tolerance: f64,
 ) -> Option<LossCurves> {
     if baseline.is_empty() && patched.is_empty() {
         return None;
@@ -246,16 +257,17 @@ pub fn loss_curves(
             i + 1,
             baseline[i]
         ))
-    } else if max_rel_diff > LOSS_TOLERANCE {
+    } else if max_rel_diff > tolerance {
         Some(format!(
             "the loss curves over the first {n} steps lie {:.2}% apart (tolerance {:.0}%)",
             max_rel_diff * 100.0,
-            LOSS_TOLERANCE * 100.0
+            tolerance * 100.0
         ))
     } else {
         None
     };
     Some(LossCurves {
+        tolerance,
         baseline: baseline[..n].to_vec(),
         patched: patched[..n].to_vec(),
         max_rel_diff,
@@ -322,6 +334,62 @@ pub struct Choice {
     pub patterns: Vec<PatternChoice>,
     /// Chains advise matched but could not propose (so bench did not measure them), and why.
     pub not_proposed: Vec<crate::NotProposed>,
+    /// The settings advise found on the baseline: switched on with the kernels where the patch
+    /// layer can switch them, else why not.
+    pub settings: Vec<SettingChoice>,
+}
+
+/// One of advise's settings, as bench took it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SettingChoice {
+    pub id: String,
+    /// The patch layer's switch (`python/patch/fuseprof_settings.py`), when it has one.
+    pub switch: Option<String>,
+    pub why_not: Option<String>,
+    pub expected_saving_us_per_step: f64,
+}
+
+/// The patch layer's settings switches (`SETTINGS` in `python/patch/fuseprof_settings.py`):
+/// named with `--apply`, or taken from advise's settings.
+pub const SETTING_SWITCHES: [&str; 5] = [
+    "autocast_bf16",
+    "tf32",
+    "fused_optimizer",
+    "cudnn_benchmark",
+    "channels_last",
+];
+
+/// Switches that lower the precision the model computes in: its numerics are checked against
+/// float32 with a wider tolerance.
+const PRECISION_SWITCHES: [&str; 2] = ["autocast_bf16", "tf32"];
+
+/// The patch layer's switch for one of advise's settings, or why it has none.
+fn setting_switch(id: &str) -> std::result::Result<&'static str, &'static str> {
+    match id {
+        "precision-bf16" => Ok("autocast_bf16"),
+        "optimizer-fused" => Ok("fused_optimizer"),
+        "conv-channels-last" => Ok("channels_last"),
+        "launch-cuda-graphs" => {
+            Err("CUDA graphs are a mode of bench's (--modes graphs), not a switch")
+        }
+        _ => Err("a change to the program's code, which the patch layer does not make"),
+    }
+}
+
+/// The choice for each of advise's settings.
+fn choose_settings(settings: &[crate::Setting]) -> Vec<SettingChoice> {
+    settings
+        .iter()
+        .map(|s| {
+            let switch = setting_switch(&s.id);
+            SettingChoice {
+                id: s.id.clone(),
+                switch: switch.ok().map(str::to_string),
+                why_not: switch.err().map(str::to_string),
+                expected_saving_us_per_step: s.saving_ns_per_step / 1e3,
+            }
+        })
+        .collect()
 }
 
 /// The patch layer's patterns (`PATTERNS` in `python/patch/fuseprof_patch.py`); `default`
@@ -432,6 +500,7 @@ pub fn choose(rows: &[crate::bench::BenchRow]) -> Choice {
         advised,
         patterns,
         not_proposed: Vec::new(),
+        settings: Vec::new(),
     }
 }
 
@@ -618,8 +687,21 @@ fn advised_choice(
         ..crate::bench::BenchConfig::default()
     };
     let advice = crate::advise_file(&run, &bench_cfg.advise)?;
+    let settings = choose_settings(&advice.settings);
+    let switches: Vec<String> = settings.iter().filter_map(|s| s.switch.clone()).collect();
     let report = match crate::bench::bench_advice(&run, &advice, &bench_cfg) {
         Ok(r) => r,
+        Err(Error::NothingToBench { .. }) if !switches.is_empty() => {
+            progress.inc(1);
+            return Ok((
+                Choice {
+                    apply: switches,
+                    settings,
+                    ..choose(&[])
+                },
+                run,
+            ));
+        }
         Err(Error::NothingToBench { .. }) => {
             return Err(Error::Bench(format!(
                 "advise made no proposal on the baseline run of `{}`: nothing to apply (name \
@@ -636,6 +718,8 @@ fn advised_choice(
     progress.inc(1);
     let mut choice = choose(&report.rows);
     choice.not_proposed = advice.not_proposed;
+    choice.apply.extend(switches);
+    choice.settings = settings;
     if choice.apply.is_empty() {
         let why = choice
             .patterns
@@ -664,15 +748,16 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
     if cfg.modes.is_empty() {
         return Err(Error::Bench("no mode to compare in (--modes)".into()));
     }
-    if let Some(unknown) = cfg
-        .apply
-        .iter()
-        .flatten()
-        .find(|p| p.as_str() != "default" && !PATCH_PATTERNS.contains(&p.as_str()))
-    {
+    if let Some(unknown) = cfg.apply.iter().flatten().find(|p| {
+        p.as_str() != "default"
+            && !PATCH_PATTERNS.contains(&p.as_str())
+            && !SETTING_SWITCHES.contains(&p.as_str())
+    }) {
         return Err(Error::Bench(format!(
-            "--apply: unknown pattern `{unknown}`; the patch layer knows default, {}",
-            PATCH_PATTERNS.join(", ")
+            "--apply: unknown pattern `{unknown}`; the patch layer knows default, {}, and the \
+             settings {}",
+            PATCH_PATTERNS.join(", "),
+            SETTING_SWITCHES.join(", ")
         )));
     }
     let lib = crate::bench::find_kernels_lib(cfg.kernels_lib.as_deref())?;
@@ -693,6 +778,7 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
         ("fuseprof_torch_ops.cpp", TORCH_OPS_CPP),
         ("sitecustomize.py", PATCH_SITE),
         ("fuseprof_steps.py", PATCH_STEPS),
+        ("fuseprof_settings.py", PATCH_SETTINGS),
         ("fuseprof_kernels.py", KERNELS_PY),
     ] {
         let p = patch_dir.join(name);
@@ -726,6 +812,7 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
             advised: Vec::new(),
             patterns: Vec::new(),
             not_proposed: Vec::new(),
+            settings: Vec::new(),
         },
         None => {
             let (choice, run) = advised_choice(&traced, &lib, &progress)?;
@@ -821,11 +908,21 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
             progress.inc(2);
         }
         let patch = read_json(&report_path);
-        let (mut numerics_passed, mut numerics_problem) = verdict(&patch);
+        let (mut numerics_passed, mut numerics_problem) =
+            verdict(&patch, !patched_ms[0].losses.is_empty());
+        let precision = choice
+            .apply
+            .iter()
+            .any(|a| PRECISION_SWITCHES.contains(&a.as_str()));
         let losses = loss_curves(
             &base_ms[0].losses,
             &patched_ms[0].losses,
             base_ms.get(1).map(|s| s.losses.as_slice()),
+            if precision {
+                LOSS_TOLERANCE_PRECISION
+            } else {
+                LOSS_TOLERANCE
+            },
         );
         if let Some(problem) = losses.as_ref().and_then(|l| l.problem.clone()) {
             if numerics_passed {
@@ -839,6 +936,10 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
         let period_speedup = baseline.period_median_ms / patched.period_median_ms;
         results.push(ModeResult {
             patched_modules: patch["modules"].as_object().map_or(0, |m| m.len()),
+            settings: patch["settings"]
+                .as_object()
+                .map(|m| m.keys().cloned().collect())
+                .unwrap_or_default(),
             label: mode.label(),
             mode: mode.clone(),
             refused: refusal(&baseline, &patched),
@@ -941,11 +1042,13 @@ pub fn summarize(results: &[ModeResult]) -> Summary {
     }
 }
 
-/// Whether the patch layer's numerics pass: something was patched, every patched module and
-/// every checked model is within tolerance, and no output has NaN.
-pub fn verdict(patch: &serde_json::Value) -> (bool, Option<String>) {
+/// Whether the patch layer's numerics pass: something was patched or a setting switched on,
+/// every patched module and every checked model is within tolerance, and no output has NaN.
+/// A program that trained (`trained`: the loss curves are compared) needs no model check.
+pub fn verdict(patch: &serde_json::Value, trained: bool) -> (bool, Option<String>) {
+    let switched = patch["settings"].as_object().is_some_and(|s| !s.is_empty());
     let modules = patch["modules"].as_object();
-    let Some(modules) = modules.filter(|m| !m.is_empty()) else {
+    let Some(modules) = modules.filter(|m| !m.is_empty() || switched) else {
         return (
             false,
             Some(
@@ -982,6 +1085,7 @@ pub fn verdict(patch: &serde_json::Value) -> (bool, Option<String>) {
             }
             (true, None)
         }
+        _ if trained => (true, None),
         _ => (
             false,
             Some(
@@ -1006,7 +1110,7 @@ fn render_losses(l: &LossCurves) -> String {
              loss {:.4} -> {:.4} patched, {:.4} -> {:.4} baseline",
             l.baseline.len(),
             l.max_rel_diff * 100.0,
-            LOSS_TOLERANCE * 100.0,
+            l.tolerance * 100.0,
             l.patched[0],
             l.patched[l.patched.len() - 1],
             l.baseline[0],
@@ -1055,6 +1159,18 @@ fn render_choice(o: &mut String, c: &Choice, replaced: bool, found: &[String]) {
         if let Some(note) = &a.saving_note {
             let _ = writeln!(o, "  {:<18} {note}", a.id);
         }
+    }
+    for st in &c.settings {
+        let _ = writeln!(
+            o,
+            "  {:<18} setting, expected {:>+9.1} us per step  {}",
+            st.id,
+            -st.expected_saving_us_per_step,
+            match (&st.switch, &st.why_not) {
+                (Some(sw), _) => format!("switched on ({sw}), measured with the rest"),
+                (None, why) => format!("not switched: {}", why.as_deref().unwrap_or("")),
+            }
+        );
     }
     for a in c.advised.iter().filter(|a| a.patch_pattern.is_none()) {
         let _ = writeln!(
@@ -1128,7 +1244,7 @@ pub fn render(r: &ModelBenchReport, top: usize) -> String {
             m.patched.period_median_ms,
             format!("{:.3}-{:.3}", m.patched.min_ms, m.patched.max_ms),
             speedup,
-            if m.patched_modules == 0 {
+            if m.patched_modules == 0 && m.settings.is_empty() {
                 "  nothing patched"
             } else if m.numerics_passed {
                 ""
@@ -1171,10 +1287,32 @@ pub fn render(r: &ModelBenchReport, top: usize) -> String {
             .filter_map(|(k, v)| Some((k.clone(), v["rel_error"].as_f64()?)))
             .max_by(|a, b| a.1.total_cmp(&b.1))
     });
+    let switched = r.patch["settings"].as_object().filter(|m| !m.is_empty());
+    if let Some(switched) = switched {
+        let _ = writeln!(
+            o,
+            "settings switched on: {}",
+            switched
+                .iter()
+                .map(|(k, v)| format!("{k} ({})", v.as_str().unwrap_or("")))
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+    }
     if modules.is_none_or(|m| m.is_empty()) {
         let _ = writeln!(
             o,
-            "numerics: nothing was patched, so there is nothing to compare (left alone, below)"
+            "numerics: no module was replaced{}",
+            if switched.is_some() {
+                match &r.numerics_problem {
+                    None => "; the settings' results checked by the loss curves or the model's \
+                             output: PASSED in every mode"
+                        .to_string(),
+                    Some(p) => format!("; FAILED ({p})"),
+                }
+            } else {
+                ", so there is nothing to compare (left alone, below)".to_string()
+            }
         );
     } else {
         let _ = writeln!(
@@ -1227,7 +1365,7 @@ pub fn render(r: &ModelBenchReport, top: usize) -> String {
     render_choice(
         &mut o,
         &r.choice,
-        modules.is_some_and(|m| !m.is_empty()),
+        modules.is_some_and(|m| !m.is_empty()) || switched.is_some(),
         &found,
     );
     if let Some(patterns) = r.patch["patched"].as_object() {
@@ -1307,22 +1445,28 @@ mod tests {
             "modules": {"M/layers.0.blocks.0": {"rel_error": 3e-4, "passed": true}},
             "models": {"swin": {"rel_error": 7e-4, "passed": true, "any_nan": false}}
         });
-        assert_eq!(verdict(&ok), (true, None));
-        let (pass, why) = verdict(&json!({"modules": {}, "models": {}}));
+        assert_eq!(verdict(&ok, false), (true, None));
+        let (pass, why) = verdict(&json!({"modules": {}, "models": {}}), false);
         assert!(!pass && why.unwrap().contains("nothing was patched"));
+        // A setting switched on is something to check; a program that trained is checked by
+        // its loss curves, not a model's first output.
+        let switched =
+            json!({"modules": {}, "settings": {"fused_optimizer": "AdamW(..., fused=True)"}});
+        assert_eq!(verdict(&switched, true), (true, None));
+        assert!(!verdict(&switched, false).0);
         let bad_module = json!({
             "modules": {"M/b": {"rel_error": 0.3, "passed": false}},
             "models": {"swin": {"rel_error": 7e-4, "passed": true, "any_nan": false}}
         });
-        assert!(verdict(&bad_module).1.unwrap().contains("module M/b"));
+        assert!(verdict(&bad_module, true).1.unwrap().contains("module M/b"));
         let nan = json!({
             "modules": {"M/b": {"rel_error": 3e-4, "passed": true}},
             "models": {"swin": {"rel_error": 7e-4, "passed": true, "any_nan": true}}
         });
-        assert!(verdict(&nan).1.unwrap().contains("NaN"));
+        assert!(verdict(&nan, false).1.unwrap().contains("NaN"));
         let unchecked = json!({"modules": {"M/b": {"rel_error": 3e-4, "passed": true}}});
-        assert!(!verdict(&unchecked).0);
-        assert!(!verdict(&serde_json::Value::Null).0);
+        assert!(!verdict(&unchecked, false).0);
+        assert!(!verdict(&serde_json::Value::Null, false).0);
     }
 
     #[test]
@@ -1358,6 +1502,20 @@ mod tests {
                 current_ns_per_step: 228_500.0,
                 reason: "a mask the fMHA does not take".into(),
             }],
+            settings: vec![
+                SettingChoice {
+                    id: "optimizer-fused".into(),
+                    switch: Some("fused_optimizer".into()),
+                    why_not: None,
+                    expected_saving_us_per_step: 755.0,
+                },
+                SettingChoice {
+                    id: "sync-in-step".into(),
+                    switch: None,
+                    why_not: Some("a change to the program's code".into()),
+                    expected_saving_us_per_step: 120.0,
+                },
+            ],
         };
         // Chosen patterns that replaced no module are not called applied.
         let mut o = String::new();
@@ -1384,6 +1542,11 @@ mod tests {
             o.contains("sdpa               x12/step not measured: a mask the fMHA does not take"),
             "{o}"
         );
+        assert!(
+            o.contains("optimizer-fused    setting, expected    -755.0 us per step  switched on (fused_optimizer)"),
+            "{o}"
+        );
+        assert!(o.contains("sync-in-step       setting, expected    -120.0 us per step  not switched: a change"), "{o}");
         let named = Choice { named: true, ..c };
         let mut o = String::new();
         render_choice(&mut o, &named, true, &[]);
@@ -1453,6 +1616,7 @@ mod tests {
             refused: None,
             uneven: None,
             patched_modules: 1,
+            settings: Vec::new(),
             numerics_passed: true,
             numerics_problem: None,
             losses: None,
@@ -1460,30 +1624,83 @@ mod tests {
     }
 
     #[test]
+    fn advise_settings_map_to_the_patch_layers_switches() {
+        let python = PATCH_SETTINGS
+            .split_once("\nSETTINGS = (")
+            .and_then(|(_, rest)| rest.split_once(')'))
+            .unwrap()
+            .0;
+        let python: Vec<&str> = python
+            .split(',')
+            .map(|p| p.trim().trim_matches('"'))
+            .filter(|p| !p.is_empty())
+            .collect();
+        assert_eq!(python, SETTING_SWITCHES);
+        let setting = |id: &str| crate::Setting {
+            id: id.into(),
+            title: String::new(),
+            current_ns_per_step: 2e6,
+            expected_ns_per_step: 1e6,
+            saving_ns_per_step: 1e6,
+            saving_pct_of_step: 10.0,
+            estimate: String::new(),
+            evidence: Vec::new(),
+            change: String::new(),
+            rank: 1,
+        };
+        let chosen = choose_settings(&[setting("precision-bf16"), setting("sync-in-step")]);
+        assert_eq!(chosen[0].switch.as_deref(), Some("autocast_bf16"));
+        assert!((chosen[0].expected_saving_us_per_step - 1000.0).abs() < 1e-9);
+        assert_eq!(chosen[1].switch, None);
+        assert!(chosen[1].why_not.as_deref().unwrap().contains("code"));
+        for s in &chosen {
+            if let Some(sw) = &s.switch {
+                assert!(SETTING_SWITCHES.contains(&sw.as_str()));
+            }
+        }
+    }
+
+    #[test]
     fn loss_curves_pass_within_tolerance_and_fail_on_nan_divergence_or_none() {
-        assert_eq!(loss_curves(&[], &[], None), None);
+        assert_eq!(loss_curves(&[], &[], None, LOSS_TOLERANCE), None);
         let base = [6.9, 6.85, 6.8, 6.7];
         let close = [6.9, 6.86, 6.79, 6.71];
-        let ok = loss_curves(&base, &close, Some(&base)).unwrap();
+        let ok = loss_curves(&base, &close, Some(&base), LOSS_TOLERANCE).unwrap();
         assert!(ok.passed, "{ok:?}");
         assert!((ok.max_rel_diff - 0.01 / 6.9).abs() < 1e-9);
         assert_eq!(ok.baseline_rounds_rel_diff, Some(0.0));
-        let nan = loss_curves(&base, &[6.9, f64::NAN, 6.8, 6.7], None).unwrap();
+        let nan = loss_curves(&base, &[6.9, f64::NAN, 6.8, 6.7], None, LOSS_TOLERANCE).unwrap();
         assert!(!nan.passed);
         assert!(nan.problem.unwrap().contains("step 2 is NaN"));
-        let apart = loss_curves(&base, &[6.9, 7.2, 7.9, 9.0], None).unwrap();
+        // 3% apart: outside the tolerance of kernels, inside that of a lower precision.
+        let bf16 = [6.9, 6.85 * 1.03, 6.8, 6.7];
+        assert!(
+            !loss_curves(&base, &bf16, None, LOSS_TOLERANCE)
+                .unwrap()
+                .passed
+        );
+        assert!(
+            loss_curves(&base, &bf16, None, LOSS_TOLERANCE_PRECISION)
+                .unwrap()
+                .passed
+        );
+        let apart = loss_curves(&base, &[6.9, 7.2, 7.9, 9.0], None, LOSS_TOLERANCE).unwrap();
         assert!(!apart.passed);
         assert!(apart.problem.unwrap().contains("apart"));
-        let one_sided = loss_curves(&base, &[], None).unwrap();
+        let one_sided = loss_curves(&base, &[], None, LOSS_TOLERANCE).unwrap();
         assert!(!one_sided.passed);
         assert!(one_sided.problem.unwrap().contains("patched side on 0"));
         // Only the first LOSS_STEPS are compared: a later difference is not a failure of this check.
         let mut long = vec![1.0; LOSS_STEPS + 5];
         let mut later = long.clone();
         later[LOSS_STEPS + 2] = 5.0;
-        assert!(loss_curves(&long, &later, None).unwrap().passed);
+        assert!(
+            loss_curves(&long, &later, None, LOSS_TOLERANCE)
+                .unwrap()
+                .passed
+        );
         long[0] = f64::INFINITY;
-        assert!(loss_curves(&long, &later, None)
+        assert!(loss_curves(&long, &later, None, LOSS_TOLERANCE)
             .unwrap()
             .problem
             .unwrap()

@@ -37,6 +37,8 @@ and is reported with the reason:
   patch_embed       timm PatchEmbed (Swin, ViT): its convolution, whose kernel equals its stride,
                     as a patchify copy and one GEMM writing the tokens in the order the model
                     wants (no NCHW -> NHWC copy after it).
+Settings, applied only when named (autocast_bf16, tf32, fused_optimizer, cudnn_benchmark,
+channels_last): the program's own settings that come before kernels, fuseprof_settings.
 The kernels are torch.library operators (fuseprof_patch_ops: fuseprof::*, dispatched from C++,
 with fake implementations), so torch.compile traces a patched model and CUDA graphs capture it.
 
@@ -69,9 +71,10 @@ import torch.nn.functional as F
 from torch.utils import _pytree as pytree
 
 import fuseprof_patch_ops as ops
+import fuseprof_settings as settings
 
 PATTERNS = ("window_partition", "window_attention", "window_reverse", "full_attention", "fused_mlp", "gemm_residual",
-            "gemm_gelu", "gemm_padded", "patch_embed")
+            "gemm_gelu", "gemm_padded", "patch_embed") + settings.SETTINGS
 # ||patched - original|| / ||original|| a module or model may reach (fp16/bf16 chains).
 TOLERANCE = 1e-2
 # Devices the fused path runs on. The tests add "cpu", where the operators' CPU reference
@@ -80,7 +83,7 @@ DEVICES = {"cuda"}
 
 # Applied unless FUSEPROF_PATCH_APPLY says otherwise: the exact replacements. gemm_gelu computes
 # exact GELU in its tanh form, so it runs only when named ("default,gemm_gelu").
-DEFAULT_PATTERNS = tuple(p for p in PATTERNS if p != "gemm_gelu")
+DEFAULT_PATTERNS = tuple(p for p in PATTERNS if p != "gemm_gelu" and p not in settings.SETTINGS)
 
 
 def _parse_apply(text):
@@ -155,6 +158,32 @@ def _rel_err(out, ref):
 
 def passed(err):
     return err == err and err <= TOLERANCE
+
+
+def _model_check(err, out):
+    """A model's first-call verdict: against its float32 self where a setting lowered its
+    precision (settings.PRECISION_TOLERANCE, and the report says so), else TOLERANCE."""
+    tolerance = settings.PRECISION_TOLERANCE if settings.precision_changed(_apply) else TOLERANCE
+    entry = {"rel_error": err, "passed": err == err and err <= tolerance,
+             "any_nan": any(bool(torch.isnan(t).any()) for t in _tensors(out))}
+    if tolerance != TOLERANCE:
+        entry["tolerance"] = tolerance
+        entry["against"] = "float32, with the settings off"
+    return entry
+
+
+def _reference(original_forward, args, kwargs):
+    """The model's own forward with nothing of fuseprof's: no replacement, and outside the
+    autocast a setting put around it."""
+    global _enabled
+    _enabled = False
+    try:
+        if settings.autocast_is_ours():
+            with torch.autocast("cuda", enabled=False), torch.autocast("cpu", enabled=False):
+                return original_forward(*args, **kwargs)
+        return original_forward(*args, **kwargs)
+    finally:
+        _enabled = True
 
 
 def _note(section, key, name):
@@ -772,23 +801,16 @@ def _check_training_call(model, name, original_forward, state, args, kwargs):
     rewritten graph (autograd recording, so that each replaced site checks its gradients too) on
     the same inputs and the same random numbers (dropout), both outside the program's random
     stream, which the real call then uses as it would have."""
-    global _enabled
     devices = [torch.cuda.current_device()] if torch.cuda.is_available() and torch.cuda.is_initialized() else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(0)
-        _enabled = False
-        try:
-            with torch.no_grad():
-                ref = original_forward(*args, **kwargs)
-        finally:
-            _enabled = True
+        with torch.no_grad():
+            ref = _reference(original_forward, args, kwargs)
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(0)
         out = state["fast"](*args, **kwargs)
-    err = rel_err(out, ref)
-    _report["models"][name] = {"rel_error": err, "passed": passed(err), "training": True,
-                               "any_nan": any(bool(torch.isnan(t).any()) for t in _tensors(out)),
-                               "graph_rewrites": state["backend"].rewrites, "graph_kept": True}
+    _report["models"][name] = dict(_model_check(rel_err(out, ref), out), training=True,
+                                   graph_rewrites=state["backend"].rewrites, graph_kept=True)
 
 
 def wrap_model(model, name):
@@ -805,6 +827,8 @@ def wrap_model(model, name):
         object.__setattr__(m, "_fuseprof_name", f"{type(model).__name__}/{path}" if path else type(model).__name__)
     compile_mode = os.environ.get("FUSEPROF_COMPILE", "")
     graphs = os.environ.get("FUSEPROF_CUDA_GRAPHS", "") == "1"
+    if _enabled:
+        settings.prepare(model, _apply)
     original_forward = model.forward
     state = {"checked": False, "train_checked": False, "fast": None, "backend": None}
 
@@ -815,12 +839,13 @@ def wrap_model(model, name):
         outer = _forward_token
         _forward_token = object()
         try:
+            if _enabled:
+                return settings.call(model, checked_forward, _apply, args, kwargs)
             return checked_forward(*args, **kwargs)
         finally:
             _forward_token = outer
 
     def checked_forward(*args, **kwargs):
-        global _enabled
         if state["fast"] is None:
             capture = _enabled and bool(_apply & GRAPH_PATTERNS)
             state["fast"], state["backend"] = _fast_forward(model, name, original_forward, compile_mode, graphs,
@@ -841,11 +866,7 @@ def wrap_model(model, name):
             return state["fast"](*args, **kwargs)
         if _enabled and not state["checked"] and not model.training:
             state["checked"] = True
-            _enabled = False
-            try:
-                ref = original_forward(*args, **kwargs)
-            finally:
-                _enabled = True
+            ref = _reference(original_forward, args, kwargs)
             # The class patches' first calls (their own checks, their derived weights), eagerly.
             out = original_forward(*args, **kwargs)
             backend = state["backend"]
@@ -873,10 +894,8 @@ def wrap_model(model, name):
                                                                         False)
                         if graphs:
                             out = state["fast"](*args, **kwargs)
-            err = rel_err(out, ref)
-            _report["models"][name] = {"rel_error": err, "passed": passed(err),
-                                       "any_nan": any(bool(torch.isnan(t).any()) for t in _tensors(out)),
-                                       "graph_rewrites": rewrites, "graph_kept": state["backend"] is not None}
+            _report["models"][name] = dict(_model_check(rel_err(out, ref), out), graph_rewrites=rewrites,
+                                           graph_kept=state["backend"] is not None)
             return out
         return state["fast"](*args, **kwargs)
 
@@ -988,6 +1007,8 @@ def _patch_torch(_torch):
 
     __call__._fuseprof_models = True
     torch.nn.Module.__call__ = __call__
+    if _enabled:
+        settings.install(_apply, _left_alone)
     _patch_linear()
     _patch_sdpa()
 
@@ -1008,6 +1029,7 @@ def _write_report():
         return
     _report["enabled"] = _enabled
     _report["apply"] = sorted(_apply)
+    _report["settings"] = settings.applied()
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:
         json.dump(_report, f, indent=1)

@@ -7,6 +7,7 @@ The fused path runs on CPU through the operators' reference implementations, whi
 definitions the CUDA kernels are checked against; the patched module's output is compared
 with the original module's, as on the GPU.
 """
+import copy
 import os
 import unittest
 
@@ -19,6 +20,7 @@ import torch.nn.functional as F  # noqa: E402
 
 import fuseprof_patch as fp  # noqa: E402
 import fuseprof_patch_ops as ops  # noqa: E402
+import fuseprof_settings as settings  # noqa: E402
 
 fp.DEVICES.add("cpu")
 ops.register()
@@ -950,6 +952,97 @@ class AnyModel(unittest.TestCase):
         self.assertEqual(whole["graph_rewrites"], 0)
         # Nothing replaced: the model runs its own forward (not its captured graph) from now on.
         self.assertEqual(ops.REFERENCE_CALLS, {})
+
+
+class Settings(unittest.TestCase):
+    """The settings `bench --apply` switches without editing the program."""
+
+    def setUp(self):
+        reset()
+        settings._applied.clear()
+        settings.DEVICES.add("cpu")
+        self.addCleanup(settings.DEVICES.discard, "cpu")
+        self.addCleanup(fp.configure, apply=fp._parse_apply("default"))
+
+    def test_autocast_runs_the_forward_in_bf16_checked_against_float32(self):
+        fp.configure(apply={"autocast_bf16"})
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU(), torch.nn.Linear(64, 8)).eval()
+        plain = copy.deepcopy(net)
+        model = fp.wrap_model(net, "net")
+        x = torch.randn(16, 64)
+        with torch.no_grad():
+            fp.configure(enabled=False)
+            try:
+                want = plain(x)
+            finally:
+                fp.configure(enabled=True)
+            out = model(x)
+        self.assertEqual(out.dtype, torch.float32)  # handed back as the program's loss expects
+        self.assertGreater(fp.rel_err(out, want), 1e-4)  # computed in bf16
+        check = fp.report()["models"]["net"]
+        self.assertEqual(check["tolerance"], settings.PRECISION_TOLERANCE)
+        self.assertTrue(check["passed"] and 1e-4 < check["rel_error"] < settings.PRECISION_TOLERANCE, check)
+        self.assertIn("autocast_bf16", settings.applied())
+        # The program's own autocast is left as it is.
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.float16):
+            self.assertEqual(model(x).dtype, torch.float16)
+
+    def test_fused_optimizer_builds_adam_fused_unless_the_program_names_fused(self):
+        built = []
+
+        class Opt:
+            def __init__(self, params, lr=1e-3, foreach=None, fused=None):
+                built.append((list(params), foreach, fused))
+
+        notes = []
+        cuda = settings._cuda_floating
+        settings._cuda_floating = lambda params: True
+        self.addCleanup(setattr, settings, "_cuda_floating", cuda)
+        settings._fuse_optimizer(Opt, lambda why, name: notes.append(why))
+        p = torch.nn.Parameter(torch.ones(2))
+        Opt((q for q in [p]), lr=0.1, foreach=True)
+        self.assertEqual(built[-1][1:], (None, True))
+        self.assertEqual(len(built[-1][0]), 1)  # the generator's parameters reach the optimizer
+        Opt([p], fused=False)
+        self.assertEqual(built[-1][2], False)
+        self.assertIn("names fused=False", notes[-1])
+        # AdamW's __init__ calls Adam's: decided once, no note of a `fused` the program named.
+        for cls in (torch.optim.Adam, torch.optim.AdamW):
+            self.addCleanup(setattr, cls, "__init__", cls.__init__)
+            settings._fuse_optimizer(cls, lambda why, name: notes.append(why))
+        before = len(notes)
+        self.assertTrue(torch.optim.AdamW([p], lr=1e-3).defaults["fused"])
+        self.assertEqual(len(notes), before)
+        settings._cuda_floating = cuda
+        Opt([p])  # a CPU parameter: kept
+        self.assertEqual(built[-1][2], None)
+        self.assertIn("not a floating CUDA tensor", notes[-1])
+
+    def test_channels_last_converts_the_model_and_its_4d_inputs(self):
+        fp.configure(apply={"channels_last"})
+        conv = torch.nn.Conv2d(3, 8, 3)
+        model = fp.wrap_model(torch.nn.Sequential(conv), "convnet")
+        seen = []
+        conv.register_forward_pre_hook(lambda m, a: seen.append(a[0].is_contiguous(memory_format=torch.channels_last)))
+        with torch.no_grad():
+            model(torch.randn(2, 3, 16, 16))
+        self.assertTrue(conv.weight.is_contiguous(memory_format=torch.channels_last))
+        self.assertTrue(seen and all(seen))
+
+    def test_process_wide_switches(self):
+        before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
+
+        def restore():
+            (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+             torch.backends.cudnn.benchmark) = before
+
+        self.addCleanup(restore)
+        settings.install({"tf32", "cudnn_benchmark"}, lambda why, name: None)
+        self.assertTrue(torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32)
+        self.assertTrue(torch.backends.cudnn.benchmark)
+        self.assertEqual(set(settings.applied()), {"tf32", "cudnn_benchmark"})
+        self.assertNotIn("tf32", fp.DEFAULT_PATTERNS)
 
 
 class StepClock(unittest.TestCase):
