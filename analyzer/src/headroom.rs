@@ -308,6 +308,44 @@ pub fn estimate(
             let (bytes, flops) = gemm(a[1] as f64, a[2] as f64, b[2] as f64, a[0] as f64, extra, e);
             (bytes, flops, e)
         }
+        "matmul" if d(0).len() >= 2 && d(1).len() >= 3 => {
+            // Batched: [..., M, K] x [..., K, N], the batch dimensions broadcast against each
+            // other from the right.
+            let (a, b) = (d(0), d(1));
+            let e = es(0, &mut assumptions);
+            let (ba, bb) = (&a[..a.len() - 2], &b[..b.len() - 2]);
+            let batch: f64 = (0..ba.len().max(bb.len()))
+                .map(|i| {
+                    let x = |v: &[i64]| v.len().checked_sub(i + 1).map_or(1, |j| v[j]);
+                    x(ba).max(x(bb)).max(0) as f64
+                })
+                .product();
+            let (m, k, n) = (
+                a[a.len() - 2] as f64,
+                a[a.len() - 1] as f64,
+                *b.last()? as f64,
+            );
+            let bytes = (numel(a) + numel(b) + batch * m * n) * e;
+            (bytes, 2.0 * batch * m * k * n, e)
+        }
+        "scaled_dot_product_attention" => {
+            // q [.., Tq, d], k [.., Tk, d], v [.., Tk, dv]: two matrix products (QK^T and PV);
+            // a flash-style kernel reads q, k, v (and a mask, if given) and writes the output
+            // once, so the Tq x Tk scores never reach memory.
+            let (q, k, v) = (d(0), d(1), d(2));
+            if q.len() < 2 || k.len() != q.len() || v.len() != q.len() {
+                return None;
+            }
+            let e = es(0, &mut assumptions);
+            assumptions.push("attention taken as not causal (the flag is not recorded)");
+            let heads = numel(&q[..q.len() - 2]);
+            let (tq, dk) = (q[q.len() - 2] as f64, q[q.len() - 1] as f64);
+            let (tk, dv) = (k[k.len() - 2] as f64, v[v.len() - 1] as f64);
+            let out = heads * tq * dv;
+            let mask = numel(d(3)) * f64::from(!d(3).is_empty());
+            let bytes = (numel(q) + numel(k) + numel(v) + out + mask) * e;
+            (bytes, 2.0 * heads * tq * tk * (dk + dv), e)
+        }
         "linear" | "matmul" => {
             let (a, b) = (d(0), d(1));
             if a.len() < 2 || b.len() != 2 {

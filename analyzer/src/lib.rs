@@ -35,6 +35,7 @@ mod attribution;
 pub mod classify;
 pub mod diff;
 mod error;
+pub mod floor;
 mod fxmap;
 pub mod headroom;
 pub mod hotspots;
@@ -55,6 +56,7 @@ use serde::{Deserialize, Serialize};
 pub use classify::{Class, Rules};
 pub use diff::{diff, render_diff_text, Diff, DiffRow, DiffStatus};
 pub use error::{Error, Result};
+pub use floor::{FloorGap, FloorOp, LeftOut, StepFloor};
 pub use headroom::Ceiling;
 pub use hotspots::{ClassRow, DeviceTimeline, KernelRow, ModuleRow, OpRow, ShapeRow};
 pub use op_tree::{
@@ -141,6 +143,10 @@ pub struct Analysis {
     pub by_kernel: Vec<KernelRow>,
     pub by_class: Vec<ClassRow>,
     pub headroom: Headroom,
+    /// The step's floor against a fully fused model, and the ops that hold the gap to it
+    /// (`floor.rs`; absent without ceilings, shapes, or with more than one device).
+    #[serde(default)]
+    pub floor: Option<floor::StepFloor>,
     /// Per rank and across ranks, for a distributed run (absent otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ranks: Option<ranks::RankAnalysis>,
@@ -802,6 +808,19 @@ pub(crate) fn analyze_loaded(
 
     lap(&mut clock, "headroom");
 
+    // 8. The step's floor.
+    let floor = floor::from_tree(
+        &tree,
+        &names,
+        &items,
+        &found.windows,
+        cfg.step.zip(window),
+        &devices,
+        &headroom.ceilings,
+        &mut notes,
+    );
+    lap(&mut clock, "step floor");
+
     Ok(Analysis {
         format: "fuseprof-analysis".into(),
         version: JSON_VERSION,
@@ -834,6 +853,7 @@ pub(crate) fn analyze_loaded(
         by_kernel,
         by_class,
         headroom,
+        floor,
         ranks: rank_analysis,
         notes,
     })

@@ -261,6 +261,10 @@ pub fn render_text(a: &Analysis, cfg: &AnalyzeConfig) -> String {
     class_table(&mut o, a);
     o.push('\n');
     headroom_table(&mut o, a, top);
+    if let Some(f) = &a.floor {
+        o.push('\n');
+        floor_table(&mut o, f, top);
+    }
     if let Some(r) = &a.ranks {
         o.push('\n');
         ranks_tables(&mut o, r, top);
@@ -483,6 +487,106 @@ fn headroom_table(o: &mut String, a: &Analysis, top: usize) {
             r.flops_pct.map_or("-".into(), |f| format!("{f:.1}")),
             r.bound
         );
+    }
+}
+
+/// The step's floor (`floor.rs`): the figures, what was left out, and the gap's holders.
+fn floor_table(o: &mut String, f: &crate::floor::StepFloor, top: usize) {
+    let per = if f.steps == 0 { "per run" } else { "per step" };
+    let mb = |b: f64| format!("{:.1}", b / 1e6);
+    let line = format!(
+        "Step floor (fully fused, at the ceilings; model in analyzer/JSON.md), {per} over {} \
+         step(s): {} ms ({}-bound: FLOPs {} ms, fused bytes {} ms); {:.1} GFLOP, {} MB fused of \
+         {} MB unfused",
+        f.steps,
+        ms_f(f.floor_ns),
+        f.bound,
+        ms_f(f.compute_ns),
+        ms_f(f.memory_ns),
+        f.flops / 1e9,
+        mb(f.fused_bytes),
+        mb(f.unfused_bytes),
+    );
+    wrap(o, &line, "", "  ");
+    let l = &f.left_out;
+    match f.fraction {
+        Some(x) => {
+            let _ = writeln!(
+                o,
+                "  measured {} ms {per}: floor / measured = {:.1}%",
+                ms_f(f.measured_ns),
+                x * 100.0
+            );
+        }
+        None => {
+            let mut parts = Vec::new();
+            if l.no_shapes_ops > 0.0 {
+                parts.push(format!(
+                    "{} ops without shapes ({} ms)",
+                    count_f(l.no_shapes_ops),
+                    ms_f(l.no_shapes_ns)
+                ));
+            }
+            if l.no_model_ops > 0.0 {
+                parts.push(format!(
+                    "{} ops the model does not cover ({} ms: {})",
+                    count_f(l.no_model_ops),
+                    ms_f(l.no_model_ns),
+                    l.no_model_names.join(", ")
+                ));
+            }
+            if l.outside_ops_ns > 0.0 {
+                parts.push(format!(
+                    "{} ms launched outside ops",
+                    ms_f(l.outside_ops_ns)
+                ));
+            }
+            let line = format!(
+                "  measured {} ms {per}, of which the floor covers {} ms; left out {per}: {}. \
+                 floor / measured is not known for the step; for the covered ops it is {:.1}%",
+                ms_f(f.measured_ns),
+                ms_f(f.covered_ns),
+                parts.join("; "),
+                f.covered_fraction * 100.0
+            );
+            wrap(o, &line, "", "    ");
+        }
+    }
+    for (what, rows) in [("op type", &f.by_op), ("module", &f.by_module)] {
+        if rows.is_empty() {
+            continue;
+        }
+        title(o, &format!("  Gap to the floor by {what}"), top, rows.len());
+        let name_w = WIDTH - 2 - 44;
+        let _ = writeln!(
+            o,
+            "  {:<name_w$} {:>10} {:>10} {:>10} {:>10}",
+            what, "instances", "GPU ms", "floor ms", "gap ms"
+        );
+        for r in rows.iter().take(top) {
+            let _ = writeln!(
+                o,
+                "  {:<name_w$} {:>10} {:>10} {:>10} {:>10}",
+                fit_head(&r.name, name_w),
+                count_f(r.instances),
+                ms_f(r.measured_ns),
+                ms_f(r.floor_ns),
+                ms_f(r.gap_ns)
+            );
+        }
+    }
+}
+
+fn ms_f(ns: f64) -> String {
+    format!("{:.3}", ns / 1e6)
+}
+
+/// A count per step: whole where it is whole, else one decimal.
+fn count_f(x: f64) -> String {
+    if x.fract() == 0.0 {
+        format!("{x:.0}")
+    } else {
+        format!("{x:.1}")
     }
 }
 

@@ -125,7 +125,7 @@ fn check_page(html: &str, sections: &[&str]) -> roxmltree::Document<'static> {
 }
 
 const ALWAYS: &[&str] = &[
-    "run", "steps", "gpu-time", "timeline", "hotspots", "roofline", "advice",
+    "run", "steps", "gpu-time", "timeline", "hotspots", "floor", "roofline", "advice",
 ];
 
 #[test]
@@ -836,8 +836,8 @@ fn the_page_in_headless_chromium() {
     assert_eq!(
         sections,
         [
-            "gate", "run", "steps", "gpu-time", "timeline", "hotspots", "roofline", "advice",
-            "diff"
+            "gate", "run", "steps", "gpu-time", "timeline", "hotspots", "floor", "roofline",
+            "advice", "diff"
         ]
     );
     // The screenshot, kept as an artifact of the test run.

@@ -31,7 +31,7 @@ pub const ANALYSIS: &str = "tui-analysis";
 pub const LANES_VERSION: &str = concat!("fuseprof-tui lanes 2, ", env!("CARGO_PKG_VERSION"));
 pub fn analysis_version() -> String {
     format!(
-        "fuseprof-tui analysis 1, {}, analysis JSON {}",
+        "fuseprof-tui analysis 2, {}, analysis JSON {}",
         env!("CARGO_PKG_VERSION"),
         fuseprof_analyzer::JSON_VERSION
     )

@@ -144,6 +144,7 @@ pub fn render(d: &ReportData) -> Result<String> {
     gpu_time_section(&mut h, d)?;
     timeline_section(&mut h, d)?;
     hotspots_section(&mut h, d);
+    floor_section(&mut h, d);
     roofline_section(&mut h, d)?;
     advice_section(&mut h, d);
     if d.baseline.is_some() {
@@ -483,6 +484,83 @@ fn hotspots_section(h: &mut String, d: &ReportData) {
         ]);
     }
     h.push_str(&tb.finish());
+    h.push_str("</section>");
+}
+
+/// The step's floor against a fully fused model (`analyzer/JSON.md`, `floor`) and the op
+/// types and modules that hold the gap to it.
+fn floor_section(h: &mut String, d: &ReportData) {
+    let Some(f) = &d.analysis.floor else {
+        return;
+    };
+    let per = if f.steps == 0 { "per run" } else { "per step" };
+    h.push_str("<section id=\"floor\"><h2>The step's floor</h2>");
+    let _ = write!(
+        h,
+        "<p>If the step were fully fused (each activation written and read once, those that \
+         pass straight to the next op kept on chip) and every op ran at the device's ceilings, \
+         it would take {} ms {per} ({}-bound: FLOPs {} ms, {:.1} MB moved {} ms; unfused the \
+         ops move {:.1} MB). ",
+        ms(f.floor_ns),
+        esc(&f.bound),
+        ms(f.compute_ns),
+        f.fused_bytes / 1e6,
+        ms(f.memory_ns),
+        f.unfused_bytes / 1e6,
+    );
+    let l = &f.left_out;
+    match f.fraction {
+        Some(x) => {
+            let _ = write!(
+                h,
+                "It took {} ms: the floor is {:.1}% of it.</p>",
+                ms(f.measured_ns),
+                x * 100.0
+            );
+        }
+        None => {
+            let _ = write!(
+                h,
+                "It took {} ms, of which the floor covers {} ms; left out {per}: {} ops without \
+                 shapes ({} ms), {} ops no model covers ({} ms{}), {} ms launched outside ops. \
+                 The step's fraction is not known; for the covered ops the floor is {:.1}% of \
+                 their time.</p>",
+                ms(f.measured_ns),
+                ms(f.covered_ns),
+                l.no_shapes_ops,
+                ms(l.no_shapes_ns),
+                l.no_model_ops,
+                ms(l.no_model_ns),
+                if l.no_model_names.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {}", esc(&l.no_model_names.join(", ")))
+                },
+                ms(l.outside_ops_ns),
+                f.covered_fraction * 100.0
+            );
+        }
+    }
+    for (what, rows) in [("op type", &f.by_op), ("module", &f.by_module)] {
+        let mut tb = Table::new(&[
+            (what, false),
+            ("calls", true),
+            ("GPU ms", true),
+            ("floor ms", true),
+            ("gap ms", true),
+        ]);
+        for r in rows.iter().take(15) {
+            tb.row(&[
+                code(&r.name),
+                num(format!("{}", r.instances), r.instances),
+                num(ms(r.measured_ns), r.measured_ns),
+                num(ms(r.floor_ns), r.floor_ns),
+                num(ms(r.gap_ns), r.gap_ns),
+            ]);
+        }
+        let _ = write!(h, "<h3>Gap to the floor by {what}, {per}</h3>");
+        h.push_str(&tb.finish());
+    }
     h.push_str("</section>");
 }
 
