@@ -7,6 +7,40 @@ use fuseprof_analyzer::{Analysis, GroupBy, OpTree};
 
 use crate::format::{count, dur, short_kernel};
 
+/// The step's floor in one line (`analyzer/src/floor.rs`: the model fully fused, at the GPU's
+/// ceilings): the floor, what the step measures against it, and the op types holding most of
+/// the gap; None where the analysis has no floor.
+pub fn floor_line(a: &Analysis) -> Option<String> {
+    let f = a.floor.as_ref()?;
+    let ns = |v: f64| dur(v.round() as i64);
+    let reach = match f.fraction {
+        Some(x) => format!("{:.1}% of the {} measured", x * 100.0, ns(f.measured_ns)),
+        None => format!(
+            "{:.1}% of the {} its modelled ops take",
+            f.covered_fraction * 100.0,
+            ns(f.covered_ns)
+        ),
+    };
+    let gaps: Vec<String> = f
+        .by_op
+        .iter()
+        .take(3)
+        .map(|g| {
+            format!(
+                "{} {}",
+                g.name.rsplit("::").next().unwrap_or(&g.name),
+                ns(g.gap_ns)
+            )
+        })
+        .collect();
+    Some(format!(
+        "floor {}/step, {}-bound: {reach}; gap: {}",
+        ns(f.floor_ns),
+        f.bound,
+        gaps.join(", ")
+    ))
+}
+
 /// A hotspot table as drawn: rows filtered and sorted.
 pub struct HotTable {
     pub rows: Vec<HotRow>,

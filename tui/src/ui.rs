@@ -689,7 +689,12 @@ fn scope(app: &App) -> String {
 }
 
 fn draw_hotspots(f: &mut Frame, app: &mut App, area: Rect) {
-    let [head, body] = Layout::vertical([Constraint::Length(2), Constraint::Min(1)]).areas(area);
+    let floor = app.runs[0]
+        .analysis(app.step)
+        .and_then(|a| rows::floor_line(&a.analysis));
+    let head_rows = 2 + u16::from(floor.is_some());
+    let [head, body] =
+        Layout::vertical([Constraint::Length(head_rows), Constraint::Min(1)]).areas(area);
     let mut spans = Vec::new();
     for (t, name) in [
         (GroupBy::Op, "op"),
@@ -714,16 +719,15 @@ fn draw_hotspots(f: &mut Frame, app: &mut App, area: Rect) {
             &app.hot.filter
         }
     )));
-    f.render_widget(
-        Paragraph::new(vec![
-            Line::from(spans),
-            Line::from(TSpan::styled(
-                " h/l table  j/k row  s sort column  r reverse  f filter  Enter: instances on the timeline (n/N)",
-                Style::new().fg(Color::DarkGray),
-            )),
-        ]),
-        head,
-    );
+    let mut lines = vec![Line::from(spans)];
+    if let Some(floor) = floor {
+        lines.push(Line::from(format!(" {floor}")));
+    }
+    lines.push(Line::from(TSpan::styled(
+        " h/l table  j/k row  s sort column  r reverse  f filter  Enter: instances on the timeline (n/N)",
+        Style::new().fg(Color::DarkGray),
+    )));
+    f.render_widget(Paragraph::new(lines), head);
     let Some(table) = app.hot_rows() else {
         pending(f, app, body, "hotspot tables");
         return;
