@@ -1107,6 +1107,35 @@ class StepClock(unittest.TestCase):
         self.assertEqual(len(losses), 5, losses)
         self.assertEqual(losses[4], "nan")
 
+    def test_the_nudged_run_moves_every_parameter_by_the_nudge_and_nothing_else(self):
+        """FUSEPROF_NUDGE moves each floating-point parameter of the first model called by that
+        relative size, up or down, once, and leaves the program's random stream as it was."""
+        import subprocess
+        import sys
+
+        code = ("import torch, fuseprof_steps\n"
+                "fuseprof_steps.install()\n"
+                "torch.manual_seed(0)\n"
+                "model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.LayerNorm(64))\n"
+                "before = [p.detach().clone() for p in model.parameters()]\n"
+                "x = torch.randn(8, 64)\n"
+                "state = torch.random.get_rng_state()\n"
+                "model(x); model(x)\n"
+                "assert torch.equal(state, torch.random.get_rng_state())\n"
+                "ratios = torch.cat([(p.detach() / b).flatten() for p, b in zip(model.parameters(), before)])\n"
+                "ratios = ratios[torch.cat([b.flatten() for b in before]) != 0]\n"
+                "up = (ratios - 1).abs().sub(2 ** -9).abs().max().item()\n"
+                "print(up < 1e-6, (ratios > 1).float().mean().item())\n")
+        here = os.path.dirname(os.path.abspath(fp.__file__))
+        for nudge, want in ((str(2 ** -9), True), ("", False)):
+            env = dict(os.environ, PYTHONPATH=here, FUSEPROF_NUDGE=nudge)
+            r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            exact, share_up = r.stdout.split()
+            self.assertEqual(exact == "True", want, r.stdout)
+            if want:
+                self.assertTrue(0.4 < float(share_up) < 0.6, r.stdout)
+
 
 class Compile(unittest.TestCase):
     def test_dynamo_traces_the_operators(self):
