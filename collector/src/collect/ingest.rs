@@ -482,6 +482,8 @@ fn ingest_one(
                             bytes: Some(bytes as i64),
                             copy_kind,
                             value,
+                            src_memory: None,
+                            dst_memory: None,
                         })
                         .map_err(Into::into),
                     )

@@ -483,6 +483,8 @@ impl<'w> Sink<'w> {
                             bytes: args.bytes.as_ref().and_then(Num::as_i64),
                             copy_kind,
                             value: None,
+                            src_memory: None,
+                            dst_memory: None,
                         })
                     }
                     "cuda_runtime" | "cuda_driver" => {

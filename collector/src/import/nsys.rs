@@ -874,6 +874,8 @@ pub(crate) fn import(
                 } else {
                     None
                 },
+                src_memory: None,
+                dst_memory: None,
             })?;
             Ok(())
         })?;
