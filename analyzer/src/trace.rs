@@ -4,7 +4,7 @@
 //! it. This is what the fusion advisor matches chains against; the aggregate tables of
 //! [`crate::analyze`] cannot say which op followed which.
 
-use fuseprof_store::Store;
+use fuseprof_store::{CopyKind, MemopKind, MemoryKind, Store};
 
 use crate::headroom::{self, Ceiling};
 use crate::hotspots::TimelineBuilder;
@@ -116,6 +116,21 @@ pub struct TraceContext {
     pub syncs: Vec<HostSpan>,
     /// Compute capability of each device in [`OpTrace::devices`] order, where the store has it.
     pub compute_capability: Vec<Option<(i64, i64)>>,
+    /// Copies between host and device in scope (their GPU start inside a step window), in
+    /// start order.
+    pub host_copies: Vec<HostCopy>,
+}
+
+/// One copy between host and device memory.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostCopy {
+    pub start_ns: i64,
+    pub dur_ns: i64,
+    pub bytes: Option<i64>,
+    /// Host to device (else device to host).
+    pub to_device: bool,
+    /// The host side: `Pageable` or `Pinned` where the source recorded it.
+    pub host_memory: Option<MemoryKind>,
 }
 
 /// A device's timeline and the idle time inside its launch-bound stretches.
@@ -419,7 +434,34 @@ pub fn op_trace(store: &mut Store, cfg: &AnalyzeConfig) -> Result<OpTrace> {
             op: thread.and_then(|t| op_at(t, start_ns)),
         });
     }
+    // Host<->device copies, scoped by their GPU start: a synchronous copy runs while the host
+    // waits in the call that queued it, inside the same step.
+    let mut host_copies = Vec::new();
+    store.for_each_memop(|m| {
+        let to_device = match m.copy_kind {
+            Some(CopyKind::HtoD) => true,
+            Some(CopyKind::DtoH) => false,
+            _ => return,
+        };
+        if m.kind == MemopKind::Memcpy {
+            host_copies.push(HostCopy {
+                start_ns: m.start_ns,
+                dur_ns: (m.end_ns - m.start_ns).max(0),
+                bytes: m.bytes,
+                to_device,
+                host_memory: if to_device {
+                    m.src_memory
+                } else {
+                    m.dst_memory
+                },
+            });
+        }
+    })?;
+    host_copies.sort_by_key(|c| c.start_ns);
+    let mut hint = 0;
+    host_copies.retain(|c| in_scope(c.start_ns, &mut hint).is_some());
     let context = TraceContext {
+        host_copies,
         windows: match window {
             Some(w) => vec![(w.start_ns, w.end_ns)],
             None => windows.iter().map(|w| (w.start_ns, w.end_ns)).collect(),

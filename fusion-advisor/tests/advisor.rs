@@ -1179,8 +1179,24 @@ fn a_real_data_load_range_with_the_gpu_idle_is_told_about_loader_workers() {
         s.evidence
     );
     assert!(s.change.contains("num_workers") && s.change.contains("pin_memory=True"));
-    // The idle time is part of the loader's host time.
-    assert_eq!(s.expected_ns_per_step, 0.0);
+    // Its step also copies from pageable memory (`Memcpy HtoD (Pageable -> Device)`, 1 to 5 KB
+    // each): what stays is those copies at pinned speed, measured on the run's own pinned
+    // copies of 512 to 768 KB.
+    let pageable = s
+        .evidence
+        .iter()
+        .find(|e| e.contains("from pageable memory"))
+        .unwrap_or_else(|| panic!("{:?}", s.evidence));
+    assert!(pageable.contains("GB/s achieved"), "{pageable}");
+    assert!(
+        s.estimate.contains("the run's own pinned copies"),
+        "{}",
+        s.estimate
+    );
+    assert!(
+        s.expected_ns_per_step > 0.0 && s.expected_ns_per_step < s.current_ns_per_step,
+        "{s:#?}"
+    );
 }
 
 /// The Swin-T training step reads GradScaler's found_inf with `.item()`: the GPU idles after it.
