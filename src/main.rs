@@ -900,6 +900,23 @@ fn render_info(i: &fuseprof_store::Info) -> String {
         i.kernel_time_ns as f64 / 1e6
     );
     let _ = writeln!(s, "memcpy:     {}", c.memcpys);
+    // Host<->device copies by host memory: pageable ones are staged and block the host.
+    for h in &i.host_copies {
+        let _ = writeln!(
+            s,
+            "  {} {:<8} {} copies, {:.3} ms, {:.1} MB{}",
+            h.direction,
+            h.host_memory.map_or("unknown", |m| m.as_str()),
+            h.count,
+            h.time_ns as f64 / 1e6,
+            h.bytes as f64 / 1e6,
+            if h.time_ns > 0 && h.bytes > 0 {
+                format!(", {:.2} GB/s", h.bytes as f64 / h.time_ns as f64)
+            } else {
+                String::new()
+            }
+        );
+    }
     let _ = writeln!(s, "memset:     {}", c.memsets);
     let _ = writeln!(
         s,

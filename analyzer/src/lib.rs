@@ -66,7 +66,9 @@ pub use ops::Role;
 pub use report::render_text;
 pub use scope::{analyze_step_with_op_tree, LongRange, OpenRanges, Scoped};
 pub use steps::StepSource;
-pub use trace::{op_trace, DeviceIdle, GpuRecord, HostSpan, OpInstance, OpTrace, TraceContext};
+pub use trace::{
+    op_trace, DeviceIdle, GpuRecord, HostCopy, HostSpan, OpInstance, OpTrace, TraceContext,
+};
 
 use attribution::{Item, FLAG_NO_LAUNCH, KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET};
 use fxmap::FxMap;

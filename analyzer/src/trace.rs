@@ -4,7 +4,7 @@
 //! it. This is what the fusion advisor matches chains against; the aggregate tables of
 //! [`crate::analyze`] cannot say which op followed which.
 
-use fuseprof_store::Store;
+use fuseprof_store::{CopyKind, MemopKind, MemoryKind, Store};
 
 use crate::headroom::{self, Ceiling};
 use crate::hotspots::TimelineBuilder;
@@ -116,6 +116,24 @@ pub struct TraceContext {
     pub syncs: Vec<HostSpan>,
     /// Compute capability of each device in [`OpTrace::devices`] order, where the store has it.
     pub compute_capability: Vec<Option<(i64, i64)>>,
+    /// Copies between host and device in scope (their GPU start inside a step window), in
+    /// start order.
+    pub host_copies: Vec<HostCopy>,
+    /// Durations of the kernel launch calls in scope (`cudaLaunchKernel`, `cuLaunchKernel`
+    /// and their variants), sorted: the host's cost per launch as recorded, tracer included.
+    pub launch_call_ns: Vec<i64>,
+}
+
+/// One copy between host and device memory.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HostCopy {
+    pub start_ns: i64,
+    pub dur_ns: i64,
+    pub bytes: Option<i64>,
+    /// Host to device (else device to host).
+    pub to_device: bool,
+    /// The host side: `Pageable` or `Pinned` where the source recorded it.
+    pub host_memory: Option<MemoryKind>,
 }
 
 /// A device's timeline and the idle time inside its launch-bound stretches.
@@ -167,6 +185,14 @@ fn api_base(name: &str) -> &str {
 /// Whether API call `name` makes the host wait for the GPU.
 pub fn is_sync_call(name: &str) -> bool {
     SYNC_CALLS.contains(&api_base(name)) || SYNC_CALLS.contains(&name)
+}
+
+/// Whether API call `name` launches a kernel (`cudaLaunchKernel`, `cudaLaunchKernelExC`,
+/// `cuLaunchKernel`, `cuLaunchKernelEx`, nsys's `_v7000` suffixes removed); graph launches
+/// are not counted, as one stands for many kernels.
+pub fn is_launch_call(name: &str) -> bool {
+    let n = api_base(name);
+    (n.starts_with("cudaLaunchKernel") || n.starts_with("cuLaunchKernel")) && !n.contains("Graph")
 }
 
 impl TraceContext {
@@ -397,12 +423,23 @@ pub fn op_trace(store: &mut Store, cfg: &AnalyzeConfig) -> Result<OpTrace> {
         });
     }
     let mut calls = Vec::new();
+    let mut launches = Vec::new();
     store.for_each_api_call(|c| {
         let name = names.get(c.name.0 as u32);
         if is_sync_call(name) {
             calls.push((c.pid, c.tid, c.start_ns, c.end_ns, name.to_string()));
+        } else if is_launch_call(name) {
+            launches.push((c.start_ns, c.end_ns - c.start_ns));
         }
     })?;
+    launches.sort_unstable();
+    let mut hint = 0;
+    let mut launch_call_ns: Vec<i64> = launches
+        .into_iter()
+        .filter(|&(start, _)| in_scope(start, &mut hint).is_some())
+        .map(|(_, d)| d.max(0))
+        .collect();
+    launch_call_ns.sort_unstable();
     calls.sort_by_key(|c| c.2);
     let mut syncs = Vec::new();
     for (pid, tid, start_ns, end_ns, name) in calls {
@@ -419,7 +456,35 @@ pub fn op_trace(store: &mut Store, cfg: &AnalyzeConfig) -> Result<OpTrace> {
             op: thread.and_then(|t| op_at(t, start_ns)),
         });
     }
+    // Host<->device copies, scoped by their GPU start: a synchronous copy runs while the host
+    // waits in the call that queued it, inside the same step.
+    let mut host_copies = Vec::new();
+    store.for_each_memop(|m| {
+        let to_device = match m.copy_kind {
+            Some(CopyKind::HtoD) => true,
+            Some(CopyKind::DtoH) => false,
+            _ => return,
+        };
+        if m.kind == MemopKind::Memcpy {
+            host_copies.push(HostCopy {
+                start_ns: m.start_ns,
+                dur_ns: (m.end_ns - m.start_ns).max(0),
+                bytes: m.bytes,
+                to_device,
+                host_memory: if to_device {
+                    m.src_memory
+                } else {
+                    m.dst_memory
+                },
+            });
+        }
+    })?;
+    host_copies.sort_by_key(|c| c.start_ns);
+    let mut hint = 0;
+    host_copies.retain(|c| in_scope(c.start_ns, &mut hint).is_some());
     let context = TraceContext {
+        host_copies,
+        launch_call_ns,
         windows: match window {
             Some(w) => vec![(w.start_ns, w.end_ns)],
             None => windows.iter().map(|w| (w.start_ns, w.end_ns)).collect(),

@@ -891,6 +891,8 @@ fn a_cuda_graph_launch_is_one_launch_of_many_kernels() {
         bytes: Some(64),
         copy_kind: None,
         value: Some(0),
+        src_memory: None,
+        dst_memory: None,
     })
     .unwrap();
     finish(w);

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use fuseprof_collector::collect::{
     ingest_spool_dir, run, Capture, CollectConfig, CollectError, PytorchMode,
 };
-use fuseprof_store::{RangeKind, Store};
+use fuseprof_store::{CopyKind, MemoryKind, RangeKind, Store};
 use spool::{tag, Enc};
 
 /// A stand-in tracer path: programs without CUDA or NVTX never load it.
@@ -240,9 +240,14 @@ fn attrs(e: &mut Enc, category: u32, color: Option<u32>, text: &str) {
 
 /// A spool as the tracer writes it for one process, cut short at the end like a crash.
 fn sample_spool() -> Vec<u8> {
+    sample_spool_of(spool::VERSION)
+}
+
+/// [`sample_spool`] as a tracer of spool format `version` writes it.
+fn sample_spool_of(version: u32) -> Vec<u8> {
     let mut b = Vec::new();
     b.extend_from_slice(spool::MAGIC);
-    b.extend_from_slice(&spool::VERSION.to_le_bytes());
+    b.extend_from_slice(&version.to_le_bytes());
     let (pid, t1, t2) = (4242u32, 100u32, 101u32);
     rec(&mut b, tag::PROCESS, |e| {
         e.u32(pid);
@@ -396,6 +401,11 @@ fn sample_spool() -> Vec<u8> {
         e.u64(4096);
         e.u8(1);
         e.u32(0);
+        if version >= 2 {
+            // Pageable to device, in CUPTI's numbering.
+            e.u8(1);
+            e.u8(3);
+        }
     });
     rec(&mut b, tag::SYNC, |e| {
         e.u32(3);
@@ -502,6 +512,49 @@ fn spool_ingestion_pairs_ranges_and_keeps_a_crashed_prefix() {
         store.run().unwrap().cupti_version.as_deref(),
         Some("130001")
     );
+}
+
+/// The copies of a spool, as (copy kind, source memory, destination memory).
+fn spool_copies(spool: Vec<u8>) -> Vec<(Option<CopyKind>, Option<MemoryKind>, Option<MemoryKind>)> {
+    let dir = tempfile::tempdir().unwrap();
+    let spool_dir = dir.path().join("spool");
+    std::fs::create_dir(&spool_dir).unwrap();
+    std::fs::write(spool_dir.join("fuseprof-4242-1.spool"), spool).unwrap();
+    let out = dir.path().join("run.sqlite");
+    ingest_spool_dir(&spool_dir, &out).unwrap();
+    let mut copies = Vec::new();
+    Store::open(&out)
+        .unwrap()
+        .for_each_memop(|m| copies.push((m.copy_kind, m.src_memory, m.dst_memory)))
+        .unwrap();
+    copies
+}
+
+#[test]
+fn spool_copies_keep_their_memory_kinds_and_older_spools_read_as_unknown() {
+    assert_eq!(
+        spool_copies(sample_spool()),
+        [(
+            Some(CopyKind::HtoD),
+            Some(MemoryKind::Pageable),
+            Some(MemoryKind::Device)
+        )]
+    );
+    assert_eq!(
+        spool_copies(sample_spool_of(1)),
+        [(Some(CopyKind::HtoD), None, None)]
+    );
+    // A spool from a newer tracer is refused with both versions named.
+    let dir = tempfile::tempdir().unwrap();
+    let spool_dir = dir.path().join("spool");
+    std::fs::create_dir(&spool_dir).unwrap();
+    std::fs::write(
+        spool_dir.join("fuseprof-1-1.spool"),
+        sample_spool_of(spool::VERSION + 1),
+    )
+    .unwrap();
+    let e = ingest_spool_dir(&spool_dir, &dir.path().join("run.sqlite")).unwrap_err();
+    assert!(e.to_string().contains("spool format version 3"), "{e}");
 }
 
 #[test]

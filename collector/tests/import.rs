@@ -1135,3 +1135,101 @@ mod ranks {
         assert!(ranks_of(&out).is_empty());
     }
 }
+
+/// Copies by (direction, source memory, destination memory), as the store gives them.
+fn copies_by_memory(path: &Path) -> BTreeMap<(String, String, String), u64> {
+    let mut out = BTreeMap::new();
+    let side = |m: Option<fuseprof_store::MemoryKind>| m.map_or("unknown", |m| m.as_str());
+    Store::open(path)
+        .unwrap()
+        .for_each_memop(|m| {
+            if m.kind == fuseprof_store::MemopKind::Memcpy {
+                let dir = m.copy_kind.map_or("none", |c| c.as_str());
+                let key = (
+                    dir.to_string(),
+                    side(m.src_memory).into(),
+                    side(m.dst_memory).into(),
+                );
+                *out.entry(key).or_default() += 1;
+            }
+        })
+        .unwrap();
+    out
+}
+
+#[test]
+fn kineto_copies_keep_the_memory_kinds_their_names_give() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut pageable_h2d = 0;
+    for rel in fixtures::KINETO {
+        let input = fixtures::path(rel);
+        let out = dir.path().join(format!("{}.sqlite", rel.replace('/', "_")));
+        import(&input, &out, &ImportOptions::default()).unwrap();
+        // From the JSON: "Memcpy HtoD (Pageable -> Device)", CUDA's kinds lower-cased, ROCm's
+        // "Host" unknown.
+        let v: serde_json::Value = serde_json::from_slice(&read_gz(&input)).unwrap();
+        let mut expected = BTreeMap::new();
+        for e in v["traceEvents"].as_array().unwrap() {
+            if e["ph"] != "X" || e["cat"] != "gpu_memcpy" {
+                continue;
+            }
+            let name = e["name"].as_str().unwrap();
+            let (dir, sides) = name
+                .strip_prefix("Memcpy ")
+                .unwrap()
+                .split_once(" (")
+                .unwrap();
+            let (src, dst) = sides.trim_end_matches(')').split_once(" -> ").unwrap();
+            let kind = |s: &str| match s {
+                "Pageable" | "Pinned" | "Device" | "Managed" | "Array" => s.to_lowercase(),
+                _ => "unknown".to_string(),
+            };
+            *expected
+                .entry((dir.to_string(), kind(src), kind(dst)))
+                .or_default() += 1;
+        }
+        let got = copies_by_memory(&out);
+        assert_eq!(got, expected, "{rel}");
+        pageable_h2d += got
+            .get(&("HtoD".into(), "pageable".into(), "device".into()))
+            .copied()
+            .unwrap_or(0);
+    }
+    assert!(pageable_h2d > 0, "the fixtures hold pageable copies");
+}
+
+#[test]
+fn nsys_copies_keep_their_memory_kinds_by_the_exports_enum() {
+    let dir = tempfile::tempdir().unwrap();
+    for rel in fixtures::NSYS {
+        let input = fixtures::path(rel);
+        let out = dir.path().join("run.sqlite");
+        let _ = std::fs::remove_file(&out);
+        import(&input, &out, &ImportOptions::default()).unwrap();
+        let got = copies_by_memory(&out);
+        // Every copy has its kinds, labelled by the export's own ENUM_CUDA_MEM_KIND.
+        let n = |sql: &str| nsys_count(&input, sql);
+        let labelled = |src: &str, dst: &str, copy: i64| {
+            n(&format!(
+                "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY m \
+                 JOIN ENUM_CUDA_MEM_KIND s ON s.id = m.srcKind \
+                 JOIN ENUM_CUDA_MEM_KIND d ON d.id = m.dstKind \
+                 WHERE s.label = '{src}' AND d.label = '{dst}' AND m.copyKind = {copy}"
+            ))
+        };
+        let h2d = labelled("Pageable", "Device", 1);
+        let d2d = labelled("Device", "Device", 8);
+        assert!(h2d > 0 && d2d > 0, "{rel}");
+        let expected: BTreeMap<_, _> = [
+            (("DtoD".into(), "device".into(), "device".into()), d2d),
+            (("HtoD".into(), "pageable".into(), "device".into()), h2d),
+        ]
+        .into();
+        assert_eq!(got, expected, "{rel}");
+        assert_eq!(
+            got.values().sum::<u64>(),
+            n("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY"),
+            "{rel}"
+        );
+    }
+}

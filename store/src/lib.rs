@@ -48,8 +48,8 @@ pub use ranks::{
     Collective, MergePart, MergeReport, RankInfo,
 };
 pub use reader::{
-    schema_text_is_utf8, ApiSpan, Direction, GpuKind, GpuSpan, HostSpan, Info, PassKernel,
-    PassMemop, PassRange, RowEstimates, Store, Strings, TableCounts, SCHEMA_NOT_UTF8,
+    schema_text_is_utf8, ApiSpan, Direction, GpuKind, GpuSpan, HostCopies, HostSpan, Info,
+    PassKernel, PassMemop, PassRange, RowEstimates, Store, Strings, TableCounts, SCHEMA_NOT_UTF8,
 };
 pub use repair::{integrity_check, repair, Repaired};
 pub use results::{record_bench_results, BenchResult};

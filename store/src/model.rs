@@ -114,6 +114,71 @@ impl CopyKind {
     }
 }
 
+/// Where one side of a copy lies, named as CUPTI's `CUpti_ActivityMemoryKind` does (its
+/// static variants folded into their kind). Host memory is `Pageable` or `Pinned`: a copy from
+/// pageable memory is staged by the driver through a pinned buffer, so it runs slower and the
+/// host waits for it even when it was asked not to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemoryKind {
+    Pageable,
+    Pinned,
+    Device,
+    Managed,
+    Array,
+}
+
+impl MemoryKind {
+    /// From CUPTI's numeric `CUpti_ActivityMemoryKind` (the live tracer's `srcKind` and
+    /// `dstKind`): 0 unknown, 1 pageable, 2 pinned, 3 device, 4 array, 5 managed, 6 device
+    /// static, 7 managed static. `None` for unknown and for values CUPTI does not define.
+    pub fn from_cupti(kind: u32) -> Option<Self> {
+        match kind {
+            1 => Some(MemoryKind::Pageable),
+            2 => Some(MemoryKind::Pinned),
+            3 | 6 => Some(MemoryKind::Device),
+            4 => Some(MemoryKind::Array),
+            5 | 7 => Some(MemoryKind::Managed),
+            _ => None,
+        }
+    }
+    /// From a label as Nsight Systems' `ENUM_CUDA_MEM_KIND` and Kineto's copy names spell it
+    /// (`Pageable`, `Pinned`, `Device`, `Array`, `Managed`, `Device Static`, `Managed
+    /// Static`), in any case. `None` for `Unknown` and for what names no kind (ROCm's `Host`).
+    pub fn from_label(label: &str) -> Option<Self> {
+        let l = label.trim().to_ascii_lowercase();
+        match l.strip_suffix(" static").unwrap_or(&l) {
+            "pageable" => Some(MemoryKind::Pageable),
+            "pinned" => Some(MemoryKind::Pinned),
+            "device" => Some(MemoryKind::Device),
+            "array" => Some(MemoryKind::Array),
+            "managed" => Some(MemoryKind::Managed),
+            _ => None,
+        }
+    }
+    /// The text the store keeps (`pageable`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MemoryKind::Pageable => "pageable",
+            MemoryKind::Pinned => "pinned",
+            MemoryKind::Device => "device",
+            MemoryKind::Managed => "managed",
+            MemoryKind::Array => "array",
+        }
+    }
+    /// The store's text back; `None` for anything else.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "pageable" => Some(MemoryKind::Pageable),
+            "pinned" => Some(MemoryKind::Pinned),
+            "device" => Some(MemoryKind::Device),
+            "managed" => Some(MemoryKind::Managed),
+            "array" => Some(MemoryKind::Array),
+            _ => None,
+        }
+    }
+}
+
 /// A copy or fill on the GPU.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Memop {
@@ -130,6 +195,10 @@ pub struct Memop {
     pub copy_kind: Option<CopyKind>,
     /// Memset only.
     pub value: Option<i64>,
+    /// Memcpy only: where the copy reads and writes, where the source recorded it (runs
+    /// written before schema migration 7 read as `None`).
+    pub src_memory: Option<MemoryKind>,
+    pub dst_memory: Option<MemoryKind>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

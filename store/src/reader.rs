@@ -104,7 +104,12 @@ fn kernel_row(s: &Stmt<'_>, at: i32) -> Kernel {
 
 /// The columns of a [`Memop`], in the order [`memop_row`] reads them.
 const MEMOP_ROW_COLUMNS: &str = "kind, start_ns, end_ns, device_id, stream_id, pid, \
-     correlation_id, external_id, bytes, copy_kind, value";
+     correlation_id, external_id, bytes, copy_kind, value, src_memory, dst_memory";
+
+/// [`MEMOP_ROW_COLUMNS`] for a run written before migration 7, whose copies have no memory
+/// kinds: NULL in their place.
+const MEMOP_ROW_COLUMNS_BEFORE_7: &str = "kind, start_ns, end_ns, device_id, stream_id, pid, \
+     correlation_id, external_id, bytes, copy_kind, value, NULL, NULL";
 
 /// A [`Memop`] from a row that selected [`MEMOP_ROW_COLUMNS`].
 fn memop_row(s: &Stmt<'_>) -> Memop {
@@ -123,6 +128,8 @@ fn memop_row(s: &Stmt<'_>) -> Memop {
         bytes: s.col_opt_i64(8),
         copy_kind: s.col_text(9).map(CopyKind::parse),
         value: s.col_opt_i64(10),
+        src_memory: s.col_text(11).and_then(MemoryKind::parse),
+        dst_memory: s.col_text(12).and_then(MemoryKind::parse),
     }
 }
 
@@ -158,6 +165,8 @@ pub struct Store {
     last_lean_scan: PagesAndSql,
     /// The read-only connection the queries and scans step on, opened at their first use.
     raw: Option<RawDb>,
+    /// Whether `memops` has the memory kind columns of migration 7.
+    memops_memory: bool,
 }
 
 /// Rows a lean scan read from the table's pages and through SQL.
@@ -235,7 +244,15 @@ pub(crate) const MEMOPS: Table = Table {
         "bytes",
         "copy_kind",
         "value",
+        "src_memory",
+        "dst_memory",
     ],
+};
+
+/// [`MEMOPS`] as runs written before migration 7 hold it: no memory kinds.
+pub(crate) const MEMOPS_BEFORE_7: Table = Table {
+    name: "memops",
+    columns: MEMOPS.columns.split_at(12).0,
 };
 
 pub(crate) const KERNELS: Table = Table {
@@ -334,6 +351,20 @@ pub struct Info {
     pub kernel_time_ns: i64,
     /// Run-level facts written with [`crate::Writer::meta`], by key.
     pub meta: Vec<(String, String)>,
+    /// The copies between host and device, by direction and host memory.
+    pub host_copies: Vec<HostCopies>,
+}
+
+/// Copies of one direction between host and device from one kind of host memory.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct HostCopies {
+    /// `HtoD` or `DtoH`.
+    pub direction: String,
+    /// `pageable` or `pinned`; `None` where the source did not record it.
+    pub host_memory: Option<MemoryKind>,
+    pub count: i64,
+    pub time_ns: i64,
+    pub bytes: i64,
 }
 
 /// What opening a file whose schema is not UTF-8 says.
@@ -487,6 +518,13 @@ impl Store {
         if complete != Some(1) {
             return Err(Error::Incomplete { path: path.into() });
         }
+        let memops_memory: i64 = rt.block_on(
+            sqlx::query_scalar(
+                "SELECT count(*) FROM pragma_table_info('memops') \
+                 WHERE name IN ('src_memory', 'dst_memory')",
+            )
+            .fetch_one(&mut conn),
+        )?;
         Ok(Store {
             path: path.into(),
             rt,
@@ -495,6 +533,7 @@ impl Store {
             page_scans: true,
             last_lean_scan: PagesAndSql::default(),
             raw: None,
+            memops_memory: memops_memory == 2,
         })
     }
 
@@ -508,6 +547,16 @@ impl Store {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The `memops` table as this run holds it, and the columns that select a [`Memop`] from
+    /// it (NULL memory kinds in a run written before migration 7).
+    pub(crate) fn memops_layout(&self) -> (&'static Table, &'static str) {
+        if self.memops_memory {
+            (&MEMOPS, MEMOP_ROW_COLUMNS)
+        } else {
+            (&MEMOPS_BEFORE_7, MEMOP_ROW_COLUMNS_BEFORE_7)
+        }
     }
 
     pub(crate) fn rt_conn(&mut self) -> (&tokio::runtime::Runtime, &mut SqliteConnection) {
@@ -669,6 +718,31 @@ impl Store {
             // the cast saturates instead.
             q("SELECT CAST(total(end_ns - start_ns) AS INTEGER) FROM kernels").fetch_one(&mut *c),
         )?;
+        // The host side of a copy: its source going to the device, its destination coming back.
+        let host_side = if self.memops_memory {
+            "CASE copy_kind WHEN 'HtoD' THEN src_memory ELSE dst_memory END"
+        } else {
+            "NULL"
+        };
+        let rows: Vec<(String, Option<String>, i64, i64, i64)> = rt.block_on(
+            sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT copy_kind, {host_side} AS host, count(*), \
+                 CAST(total(end_ns - start_ns) AS INTEGER), CAST(total(bytes) AS INTEGER) \
+                 FROM memops WHERE kind = 'memcpy' AND copy_kind IN ('HtoD', 'DtoH') \
+                 GROUP BY 1, 2 ORDER BY 1 DESC, 2"
+            )))
+            .fetch_all(&mut *c),
+        )?;
+        let host_copies = rows
+            .into_iter()
+            .map(|(direction, host, count, time_ns, bytes)| HostCopies {
+                direction,
+                host_memory: host.as_deref().and_then(MemoryKind::parse),
+                count,
+                time_ns,
+                bytes,
+            })
+            .collect();
         Ok(Info {
             path: self.path.display().to_string(),
             schema_version: self.schema_version,
@@ -679,6 +753,7 @@ impl Store {
             last_ns,
             kernel_time_ns,
             meta,
+            host_copies,
         })
     }
 
@@ -750,10 +825,20 @@ impl Store {
             std::str::from_utf8(b).ok()
         }
         let kind = |t: Option<&str>| t.and_then(MemopKind::parse).unwrap_or(MemopKind::Memcpy);
+        let (table, columns) = self.memops_layout();
+        let memory = self.memops_memory;
+        // A run before migration 7 has no memory kinds, and a row written before the run was
+        // migrated ends at `value`: their memory kinds are NULL (the columns' default).
+        let side = |r: &Record<'_, 14>, i: usize| -> Option<Option<MemoryKind>> {
+            if !memory || !r.has(i) {
+                return Some(None);
+            }
+            Some(r.opt_bytes(i)?.and_then(text).and_then(MemoryKind::parse))
+        };
         self.lean_scan(
-            &MEMOPS,
-            &format!("SELECT {MEMOP_ROW_COLUMNS} FROM memops WHERE id >= ?1 ORDER BY id"),
-            |r: &Record<'_, 12>| {
+            table,
+            &format!("SELECT {columns} FROM memops WHERE id >= ?1 ORDER BY id"),
+            |r: &Record<'_, 14>| {
                 Some(Memop {
                     kind: kind(r.opt_bytes(1)?.and_then(text)),
                     start_ns: r.i64(2)?,
@@ -766,6 +851,8 @@ impl Store {
                     bytes: r.opt_i64(9)?,
                     copy_kind: r.opt_bytes(10)?.and_then(text).map(CopyKind::parse),
                     value: r.opt_i64(11)?,
+                    src_memory: side(r, 12)?,
+                    dst_memory: side(r, 13)?,
                 })
             },
             memop_row,
@@ -1025,8 +1112,9 @@ impl Store {
                 .unwrap_or(MemopKind::Memcpy)
         };
         let copy_kind = |b: &[u8]| std::str::from_utf8(b).ok().map(CopyKind::parse);
+        let (table, _) = self.memops_layout();
         self.lean_scan(
-            &MEMOPS,
+            table,
             "SELECT kind, start_ns, end_ns, device_id, stream_id, pid, correlation_id, \
              external_id, copy_kind FROM memops WHERE id >= ?1 ORDER BY id",
             |r: &Record<'_, 11>| {
@@ -1180,6 +1268,17 @@ mod tests {
                     opt(i % 12).map(CopyKind::from_cupti)
                 },
                 value: if memset { opt(0) } else { None },
+                // Every kind, NULL and a value no CUPTI kind maps to among them.
+                src_memory: if memset {
+                    None
+                } else {
+                    opt(i % 9).and_then(|k| MemoryKind::from_cupti(k as u32))
+                },
+                dst_memory: if memset {
+                    None
+                } else {
+                    opt(i % 7).and_then(|k| MemoryKind::from_cupti(k as u32 + 1))
+                },
             })
             .unwrap();
             w.flow(Flow {
@@ -1447,6 +1546,63 @@ mod tests {
         let (rows, read) = full_rows(&mut Store::open(&path).unwrap());
         assert_eq!(rows.len(), 5 * 40_000);
         assert_eq!(read, [all_pages(40_000); 5]);
+    }
+
+    /// A run written before migration 7 reads its copies' memory kinds as unknown, by pages as
+    /// by SQL; migrated (the columns added, its rows left shorter than the table) it reads the
+    /// same, still from its pages.
+    #[test]
+    fn runs_before_the_memory_kinds_read_them_as_unknown() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.sqlite");
+        varied_run(&path, 3_000);
+        let mut s = Store::open(&path).unwrap();
+        let (now, _) = full_rows(&mut s);
+        assert!(now.iter().any(|r| r.contains("src_memory: Some(Pageable)")));
+        drop(s);
+        // Back to the table as it was (VACUUM rewrites every row without the columns).
+        sql(
+            &path,
+            "ALTER TABLE memops DROP COLUMN src_memory; \
+             ALTER TABLE memops DROP COLUMN dst_memory; \
+             DELETE FROM _sqlx_migrations WHERE version = 7; VACUUM;",
+        );
+        let unknown: Vec<String> = now
+            .iter()
+            .map(|r| {
+                let mut r = r.clone();
+                for kind in ["Pageable", "Pinned", "Device", "Managed", "Array"] {
+                    r = r.replace(&format!("Some({kind})"), "None");
+                }
+                r
+            })
+            .collect();
+        let mut s = Store::open(&path).unwrap();
+        assert!(!s.memops_memory);
+        let (old, read) = full_rows(&mut s);
+        assert_eq!(old, unknown);
+        assert_eq!(read[3], all_pages(3_000));
+        let mut one = None;
+        s.query("SELECT min(id) FROM memops", &[], |st| {
+            one = Some(st.col_i64(0))
+        })
+        .unwrap();
+        assert!(s.memop_by_id(one.unwrap()).unwrap().is_some());
+        drop(s);
+        assert_eq!(pages_agree_with_sql(&path), [all_pages(3_000); 4]);
+        // Migrated: the columns are back, NULL in every row written before.
+        sql(
+            &path,
+            &std::fs::read_to_string(
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/0007_memcpy_memory.sql"),
+            )
+            .unwrap(),
+        );
+        let mut s = Store::open(&path).unwrap();
+        assert!(s.memops_memory);
+        let (migrated, read) = full_rows(&mut s);
+        assert_eq!(migrated, unknown);
+        assert_eq!(read[3], all_pages(3_000));
     }
 
     #[test]

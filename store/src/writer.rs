@@ -814,6 +814,12 @@ fn memop_record(r: &mut Record, m: &Memop) {
         None => r.null(),
     }
     r.opt(m.value);
+    for side in [m.src_memory, m.dst_memory] {
+        match side {
+            Some(k) => r.text(k.as_str()),
+            None => r.null(),
+        }
+    }
 }
 
 /// The `pid` column of [`kernel_record`] and [`memop_record`]; `correlation_id` follows it.

@@ -289,6 +289,8 @@ fn bulk_written_pages_pass_sqlites_integrity_check() {
                 bytes: Some(v),
                 copy_kind: Some(CopyKind::HtoD),
                 value: None,
+                src_memory: Some(MemoryKind::Pageable),
+                dst_memory: Some(MemoryKind::Device),
             })
             .unwrap();
             w.flow(Flow {
@@ -658,4 +660,94 @@ fn interned_bytes_share_ids_with_text_and_refuse_non_utf8() {
     assert_eq!(strings.get(mm), "aten::mm");
     assert_eq!(strings.get(arrow), "a \u{2192} b");
     assert_eq!(strings.len(), 3);
+}
+
+/// Copies keep where they read and write; `info` splits host<->device copies by host memory;
+/// the file passes SQLite's integrity check (the columns' CHECK constraints included).
+#[test]
+fn copies_keep_their_memory_kinds() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run.sqlite");
+    let mut w = Writer::create(&path, CreateOptions::default()).unwrap();
+    let copy = |start_ns: i64, copy_kind, src, dst| Memop {
+        kind: MemopKind::Memcpy,
+        start_ns,
+        end_ns: start_ns + 1_000,
+        device_id: 0,
+        stream_id: 7,
+        pid: Some(1),
+        correlation_id: Some(start_ns),
+        external_id: None,
+        bytes: Some(4_000),
+        copy_kind: Some(copy_kind),
+        value: None,
+        src_memory: src,
+        dst_memory: dst,
+    };
+    use MemoryKind::*;
+    let written = vec![
+        copy(0, CopyKind::HtoD, Some(Pageable), Some(Device)),
+        copy(2_000, CopyKind::HtoD, Some(Pageable), Some(Device)),
+        copy(4_000, CopyKind::HtoD, Some(Pinned), Some(Device)),
+        copy(6_000, CopyKind::DtoH, Some(Device), Some(Pinned)),
+        copy(8_000, CopyKind::DtoD, Some(Device), Some(Managed)),
+        copy(10_000, CopyKind::HtoD, None, None),
+    ];
+    for m in &written {
+        w.memop(m.clone()).unwrap();
+    }
+    w.finish(RunInfo {
+        source_format: "cupti".into(),
+        ..Default::default()
+    })
+    .unwrap();
+    assert_eq!(integrity_check(&path, false).unwrap(), Vec::<String>::new());
+    let mut s = Store::open(&path).unwrap();
+    let mut read = Vec::new();
+    s.for_each_memop(|m| read.push(m)).unwrap();
+    assert_eq!(read, written);
+    let split: Vec<_> = s
+        .info()
+        .unwrap()
+        .host_copies
+        .into_iter()
+        .map(|h| (h.direction, h.host_memory, h.count, h.time_ns, h.bytes))
+        .collect();
+    assert_eq!(
+        split,
+        vec![
+            ("HtoD".into(), None, 1, 1_000, 4_000),
+            ("HtoD".into(), Some(Pageable), 2, 2_000, 8_000),
+            ("HtoD".into(), Some(Pinned), 1, 1_000, 4_000),
+            ("DtoH".into(), Some(Pinned), 1, 1_000, 4_000),
+        ]
+    );
+}
+
+#[test]
+fn memory_kinds_come_from_cupti_numbers_and_labels() {
+    use MemoryKind::*;
+    let cupti: Vec<_> = (0..9).map(MemoryKind::from_cupti).collect();
+    assert_eq!(
+        cupti,
+        [
+            None,
+            Some(Pageable),
+            Some(Pinned),
+            Some(Device),
+            Some(Array),
+            Some(Managed),
+            Some(Device),
+            Some(Managed),
+            None
+        ]
+    );
+    assert_eq!(MemoryKind::from_label("Pageable"), Some(Pageable));
+    assert_eq!(MemoryKind::from_label("Device Static"), Some(Device));
+    assert_eq!(MemoryKind::from_label("Managed Static"), Some(Managed));
+    assert_eq!(MemoryKind::from_label("Unknown"), None);
+    assert_eq!(MemoryKind::from_label("Host"), None);
+    for k in [Pageable, Pinned, Device, Managed, Array] {
+        assert_eq!(MemoryKind::parse(k.as_str()), Some(k));
+    }
 }

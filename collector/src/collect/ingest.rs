@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use fuseprof_store::{
-    parse_range_name, Api, ApiCall, CopyKind, Device, Kernel, Memop, MemopKind, Range, RangeKind,
-    StrId, Writer,
+    parse_range_name, Api, ApiCall, CopyKind, Device, Kernel, Memop, MemopKind, MemoryKind, Range,
+    RangeKind, StrId, Writer,
 };
 
 use super::spool::{self, flush_reason, msg, tag, Dec};
@@ -77,16 +77,17 @@ pub fn ingest(files: &[PathBuf], w: &mut Writer, progress: Option<&Progress>) ->
             });
         }
         let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
-        if version != spool::VERSION {
+        if !(spool::MIN_READ_VERSION..=spool::VERSION).contains(&version) {
             return Err(CollectError::Spool {
                 path: path.clone(),
                 message: format!(
-                    "spool format version {version}, this build reads {}",
+                    "spool format version {version}, this build reads {} to {}",
+                    spool::MIN_READ_VERSION,
                     spool::VERSION
                 ),
             });
         }
-        ingest_one(&bytes[12..], w, &mut report, progress)?;
+        ingest_one(&bytes[12..], version, w, &mut report, progress)?;
     }
     if let Some(p) = progress {
         p.phase("indexing", 0);
@@ -343,6 +344,7 @@ const PROGRESS_EVERY: u64 = 4096;
 /// (the second item: the bytes before this file's records).
 fn ingest_one(
     data: &[u8],
+    version: u32,
     w: &mut Writer,
     report: &mut Report,
     progress: Option<(&Progress, u64)>,
@@ -469,6 +471,18 @@ fn ingest_one(
                     } else {
                         (MemopKind::Memset, None, Some(p.u32()? as i64))
                     };
+                    let _graph_id = p.u32()?;
+                    // Version 2 appended the copy's memory kinds (CUPTI numbering).
+                    let (src_memory, dst_memory) = if t == tag::MEMCPY && version >= 2 {
+                        let src = p.u8()?;
+                        let dst = p.u8()?;
+                        (
+                            MemoryKind::from_cupti(src.into()),
+                            MemoryKind::from_cupti(dst.into()),
+                        )
+                    } else {
+                        (None, None)
+                    };
                     Some(
                         em.w.memop(Memop {
                             kind,
@@ -482,6 +496,8 @@ fn ingest_one(
                             bytes: Some(bytes as i64),
                             copy_kind,
                             value,
+                            src_memory,
+                            dst_memory,
                         })
                         .map_err(Into::into),
                     )

@@ -19,7 +19,7 @@ use std::path::Path;
 
 use fuseprof_store::{
     Api, ApiCall, CopyKind, CreateOptions, Device, Flow, FlowPhase, Kernel, Mapped, Memop,
-    MemopKind, Range, RangeKind, RunInfo, StrId, Writer,
+    MemopKind, MemoryKind, Range, RangeKind, RunInfo, StrId, Writer,
 };
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
@@ -471,6 +471,11 @@ impl<'w> Sink<'w> {
                                 None => copy_kind_from_name(name),
                             }
                         });
+                        let (src_memory, dst_memory) = if kind == MemopKind::Memcpy {
+                            memory_from_name(name)
+                        } else {
+                            (None, None)
+                        };
                         self.w.memop(Memop {
                             kind,
                             start_ns,
@@ -483,6 +488,8 @@ impl<'w> Sink<'w> {
                             bytes: args.bytes.as_ref().and_then(Num::as_i64),
                             copy_kind,
                             value: None,
+                            src_memory,
+                            dst_memory,
                         })
                     }
                     "cuda_runtime" | "cuda_driver" => {
@@ -599,6 +606,21 @@ fn copy_kind_from_name(name: &str) -> CopyKind {
     name.strip_prefix("Memcpy ")
         .and_then(|rest| rest.split_whitespace().next())
         .map_or(CopyKind::Unknown, CopyKind::parse)
+}
+
+/// A copy's source and destination memory from its name, as Kineto writes them from CUPTI's
+/// records: "Memcpy HtoD (Pageable -> Device)". A side Kineto names no CUDA kind of (ROCm's
+/// "Host") or a name without them is unknown.
+fn memory_from_name(name: &str) -> (Option<MemoryKind>, Option<MemoryKind>) {
+    let sides = name
+        .strip_prefix("Memcpy ")
+        .and_then(|rest| rest.split_once('('))
+        .and_then(|(_, inner)| inner.strip_suffix(')'))
+        .and_then(|inner| inner.split_once("->"));
+    match sides {
+        Some((src, dst)) => (MemoryKind::from_label(src), MemoryKind::from_label(dst)),
+        None => (None, None),
+    }
 }
 
 /// Microseconds as written (integer, decimal or exponent) to integer nanoseconds, exactly for
@@ -1203,5 +1225,22 @@ mod tests {
             CopyKind::DtoD
         );
         assert_eq!(copy_kind_from_name("Memset (Device)"), CopyKind::Unknown);
+    }
+
+    #[test]
+    fn memory_kinds_come_from_the_copys_name() {
+        use MemoryKind::*;
+        let m = memory_from_name;
+        assert_eq!(
+            m("Memcpy HtoD (Pageable -> Device)"),
+            (Some(Pageable), Some(Device))
+        );
+        assert_eq!(
+            m("Memcpy DtoH (Device -> Pinned)"),
+            (Some(Device), Some(Pinned))
+        );
+        assert_eq!(m("Memcpy HtoD (Host -> Device)"), (None, Some(Device)));
+        assert_eq!(m("Memcpy HtoD"), (None, None));
+        assert_eq!(m("Memset (Device)"), (None, None));
     }
 }

@@ -10,8 +10,8 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::path::Path;
 
 use fuseprof_store::{
-    Api, ApiCall, CopyKind, CreateOptions, Device, Kernel, Leaves, Memop, MemopKind, Range,
-    RangeKind, RawHandle, RawRows, ResumeAt, RunInfo, StrId, TableCursor, TableFile, Writer,
+    Api, ApiCall, CopyKind, CreateOptions, Device, Kernel, Leaves, Memop, MemopKind, MemoryKind,
+    Range, RangeKind, RawHandle, RawRows, ResumeAt, RunInfo, StrId, TableCursor, TableFile, Writer,
 };
 use rustc_hash::FxHashMap;
 use sqlx::sqlite::SqliteConnectOptions;
@@ -834,7 +834,8 @@ pub(crate) fn import(
         })?;
     }
 
-    // Copies and fills.
+    // Copies and fills; a copy's memory kinds through the export's own enum where it has one.
+    let mem_kinds = MemKinds::new(enum_labels(&mut src, "ENUM_CUDA_MEM_KIND")?);
     for (table, kind) in [
         ("CUPTI_ACTIVITY_KIND_MEMCPY", MemopKind::Memcpy),
         ("CUPTI_ACTIVITY_KIND_MEMSET", MemopKind::Memset),
@@ -851,6 +852,8 @@ pub(crate) fn import(
                 "bytes",
                 "copyKind",
                 "value",
+                "srcKind",
+                "dstKind",
             ],
         )?
         else {
@@ -874,6 +877,8 @@ pub(crate) fn import(
                 } else {
                     None
                 },
+                src_memory: get_i64(r, 9).and_then(|k| mem_kinds.get(k)),
+                dst_memory: get_i64(r, 10).and_then(|k| mem_kinds.get(k)),
             })?;
             Ok(())
         })?;
@@ -1190,6 +1195,43 @@ pub(crate) fn import(
     })
 }
 
+/// How an export numbers memory kinds in `srcKind` and `dstKind`: its `ENUM_CUDA_MEM_KIND`
+/// labels (`Pageable`, `Device Static`, ...) where it has the table, else the numbering that
+/// table holds in the exports we have seen (Nsight Systems' own `CUDA_MEMOPR_MEMORY_KIND_*`:
+/// 0 pageable, 1 pinned, 2 device, 3 array, 4 managed, 5 device static, 6 managed static,
+/// 7 unknown), which is not CUPTI's (there 0 is unknown and 1 pageable).
+struct MemKinds(HashMap<i64, Option<MemoryKind>>);
+
+impl MemKinds {
+    fn new(labels: HashMap<i64, String>) -> Self {
+        const DEFAULT: [&str; 8] = [
+            "Pageable",
+            "Pinned",
+            "Device",
+            "Array",
+            "Managed",
+            "Device Static",
+            "Managed Static",
+            "Unknown",
+        ];
+        let labels = if labels.is_empty() {
+            (0..).zip(DEFAULT.map(String::from)).collect()
+        } else {
+            labels
+        };
+        MemKinds(
+            labels
+                .into_iter()
+                .map(|(id, l)| (id, MemoryKind::from_label(&l)))
+                .collect(),
+        )
+    }
+
+    fn get(&self, kind: i64) -> Option<MemoryKind> {
+        self.0.get(&kind).copied().flatten()
+    }
+}
+
 fn enum_labels(src: &mut Source<'_>, table: &str) -> Result<HashMap<i64, String>> {
     let mut out = HashMap::new();
     if let Some(sql) = src.select(table, &["id", "label"], "") {
@@ -1205,7 +1247,22 @@ fn enum_labels(src: &mut Source<'_>, table: &str) -> Result<HashMap<i64, String>
 
 #[cfg(test)]
 mod tests {
-    use super::split_global_tid;
+    use super::{split_global_tid, MemKinds, MemoryKind};
+
+    #[test]
+    fn memory_kinds_follow_the_exports_enum_else_its_usual_numbering() {
+        let usual = MemKinds::new(Default::default());
+        assert_eq!(usual.get(0), Some(MemoryKind::Pageable));
+        assert_eq!(usual.get(1), Some(MemoryKind::Pinned));
+        assert_eq!(usual.get(5), Some(MemoryKind::Device));
+        assert_eq!(usual.get(7), None);
+        assert_eq!(usual.get(42), None);
+        // An export that numbers them otherwise is read by its labels.
+        let own = MemKinds::new([(3, "Pinned".to_string()), (0, "Unknown".to_string())].into());
+        assert_eq!(own.get(3), Some(MemoryKind::Pinned));
+        assert_eq!(own.get(0), None);
+        assert_eq!(own.get(1), None);
+    }
 
     #[test]
     fn global_tids_unpack_to_pid_and_tid() {

@@ -778,6 +778,10 @@ unsafe fn decode_record(r: *const u8, names: &mut Names, out: &mut Vec<u8>) {
                 e.u64(rd(r, offset_of!(Mcpy, bytes)));
                 e.u8(rd(r, offset_of!(Mcpy, copyKind)));
                 e.u32(rd(r, offset_of!(Mcpy, graphId)));
+                // Read as plain bytes, not as the enum: CUPTI may add kinds this build does
+                // not know, which the reader maps to unknown.
+                e.u8(rd(r, offset_of!(Mcpy, srcKind)));
+                e.u8(rd(r, offset_of!(Mcpy, dstKind)));
                 e.end(at);
             }
             RAW_MEMSET => {

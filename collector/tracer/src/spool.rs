@@ -11,7 +11,10 @@
 #![allow(dead_code)]
 
 pub const MAGIC: &[u8; 8] = b"FPSPOOL\0";
-pub const VERSION: u32 = 1;
+/// The version this build writes. 2 appended the memory kinds to `MEMCPY`.
+pub const VERSION: u32 = 2;
+/// The oldest version this build reads: a version 1 spool's copies have no memory kinds.
+pub const MIN_READ_VERSION: u32 = 1;
 /// File name prefix of spool files inside the spool folder.
 pub const FILE_PREFIX: &str = "fuseprof-";
 pub const FILE_SUFFIX: &str = ".spool";
@@ -35,7 +38,8 @@ pub mod tag {
     /// name u32 (STRING id), graph_id u32 (0 = none).
     pub const KERNEL: u8 = 4;
     /// start u64, end u64, device u32, context u32, stream u32, correlation u32, bytes u64,
-    /// copy_kind u8 (CUPTI numbering), graph_id u32.
+    /// copy_kind u8 (CUPTI numbering), graph_id u32, then from version 2: src_kind u8,
+    /// dst_kind u8 (`CUpti_ActivityMemoryKind` numbering: 0 unknown, 1 pageable, 2 pinned, ...).
     pub const MEMCPY: u8 = 5;
     /// start u64, end u64, device u32, context u32, stream u32, correlation u32, bytes u64,
     /// value u32, graph_id u32.

@@ -529,6 +529,13 @@ impl<'a, const N: usize> Record<'a, N> {
         Some(self.opt_bytes(i)?.unwrap_or(&[]))
     }
 
+    /// Whether the record holds column `i`: a row written before a column was added (`ALTER
+    /// TABLE ADD COLUMN`) ends early, and SQL reads the columns it lacks as their default.
+    #[inline]
+    pub(crate) fn has(&self, i: usize) -> bool {
+        self.types[i] != ABSENT
+    }
+
     /// A TEXT column's bytes, `Some(None)` for NULL; `None` as for [`Record::bytes`].
     #[inline]
     pub(crate) fn opt_bytes(&self, i: usize) -> Option<Option<&'a [u8]>> {

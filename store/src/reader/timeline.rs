@@ -12,7 +12,7 @@ use crate::raw::Stmt;
 use crate::reader::pages::Record;
 use crate::reader::{
     api_call_row, kernel_row, memop_row, range_kind, range_row, Store, API_CALL_ROW_COLUMNS,
-    KERNELS, KERNEL_ROW_COLUMNS, MEMOPS, MEMOP_ROW_COLUMNS, RANGES, RANGE_ROW_COLUMNS,
+    KERNELS, KERNEL_ROW_COLUMNS, RANGES, RANGE_ROW_COLUMNS,
 };
 use crate::Result;
 
@@ -523,8 +523,9 @@ impl Store {
     /// The memcpy or memset with row id `id`.
     pub fn memop_by_id(&mut self, id: i64) -> Result<Option<Memop>> {
         let mut out = None;
+        let (_, columns) = self.memops_layout();
         self.query(
-            &format!("SELECT {MEMOP_ROW_COLUMNS} FROM memops WHERE id = ?1"),
+            &format!("SELECT {columns} FROM memops WHERE id = ?1"),
             &[id],
             |s| out = Some(memop_row(s)),
         )?;
@@ -739,8 +740,9 @@ impl Store {
                 MemopKind::Memcpy
             }
         };
+        let (table, _) = self.memops_layout();
         self.lean_scan(
-            &MEMOPS,
+            table,
             "SELECT kind, start_ns, end_ns, device_id, stream_id FROM memops \
              WHERE id >= ?1 ORDER BY id",
             |r: &Record<'_, 6>| {
@@ -862,6 +864,8 @@ mod tests {
             bytes: Some(64),
             copy_kind: Some(CopyKind::HtoD),
             value: None,
+            src_memory: Some(MemoryKind::Pinned),
+            dst_memory: Some(MemoryKind::Device),
         })
         .unwrap();
         let mut r = Range::new(RangeKind::NvtxMark, a, 2, 5, 150_000);
