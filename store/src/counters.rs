@@ -28,7 +28,8 @@ use sqlx::{ConnectOptions, Connection, Row, SqliteConnection};
 use crate::{Error, Result, Store};
 
 /// How a counter's samples combine over time.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum CounterKind {
     /// A count over the sample's interval (bytes): split between the work that ran in it.
     Sum,
@@ -53,7 +54,7 @@ impl CounterKind {
 }
 
 /// One counter as collected on one device (a row of `counter_metrics`).
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct CounterMetric {
     pub id: i64,
     pub device_id: i64,
@@ -376,7 +377,58 @@ pub fn attribute_counters(path: &Path) -> Result<AttributionReport> {
     })
 }
 
+/// What a run holds of one counter (`fuseprof info`).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct CounterSummary {
+    pub metric: CounterMetric,
+    pub samples: i64,
+    /// The time the samples cover, ns.
+    pub sampled_ns: i64,
+    /// The samples' total (a `sum` counter's count over the run), `None` for an average.
+    pub total: Option<f64>,
+    /// Kernels with a value, and of those shared and estimated.
+    pub kernels: i64,
+    pub shared: i64,
+    pub estimated: i64,
+}
+
 impl Store {
+    /// One summary per counter the run holds.
+    pub fn counter_summaries(&mut self) -> Result<Vec<CounterSummary>> {
+        let metrics = self.counter_metrics()?;
+        let mut out = Vec::with_capacity(metrics.len());
+        for metric in metrics {
+            let (rt, conn) = self.rt_conn();
+            let s = rt.block_on(
+                sqlx::query(
+                    "SELECT COUNT(*), COALESCE(SUM(end_ns - start_ns), 0), \
+                     COALESCE(SUM(value), 0.0) FROM counter_samples WHERE metric_id = ?",
+                )
+                .bind(metric.id)
+                .fetch_one(&mut *conn),
+            )?;
+            let k = rt.block_on(
+                sqlx::query(
+                    "SELECT COUNT(*), COALESCE(SUM(shared), 0), COALESCE(SUM(estimated), 0) \
+                     FROM kernel_counters WHERE metric_id = ?",
+                )
+                .bind(metric.id)
+                .fetch_one(&mut *conn),
+            )?;
+            let total: f64 = s.try_get(2)?;
+            out.push(CounterSummary {
+                samples: s.try_get(0)?,
+                sampled_ns: s.try_get(1)?,
+                total: (metric.kind == CounterKind::Sum).then_some(total),
+                kernels: k.try_get(0)?,
+                shared: k.try_get(1)?,
+                estimated: k.try_get(2)?,
+                metric,
+            });
+        }
+        Ok(out)
+    }
+
     fn has_table(&mut self, name: &str) -> Result<bool> {
         let (rt, conn) = self.rt_conn();
         let has: Option<i64> = rt.block_on(
