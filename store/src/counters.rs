@@ -392,7 +392,55 @@ pub struct CounterSummary {
     pub estimated: i64,
 }
 
+/// One kernel's value of one counter, with what the analyzer groups it by.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NamedKernelCounter {
+    pub kernel_id: i64,
+    pub kernel_name: String,
+    pub device_id: i64,
+    pub duration_ns: i64,
+    pub quantity: String,
+    pub kind: CounterKind,
+    pub value: f64,
+    pub shared: bool,
+    pub estimated: bool,
+}
+
 impl Store {
+    /// Every kernel's counter values with the kernel's name and duration.
+    pub fn named_kernel_counters(&mut self) -> Result<Vec<NamedKernelCounter>> {
+        if !self.has_table("kernel_counters")? {
+            return Ok(Vec::new());
+        }
+        let (rt, conn) = self.rt_conn();
+        let rows = rt.block_on(
+            sqlx::query(
+                "SELECT c.kernel_id, s.value, k.device_id, k.end_ns - k.start_ns, m.quantity, m.kind, \
+                 c.value, c.shared, c.estimated FROM kernel_counters c \
+                 JOIN kernels k ON k.id = c.kernel_id \
+                 JOIN counter_metrics m ON m.id = c.metric_id \
+                 JOIN strings s ON s.id = k.name_id ORDER BY c.kernel_id, c.metric_id",
+            )
+            .fetch_all(&mut *conn),
+        )?;
+        rows.iter()
+            .map(|r| {
+                let kind: String = r.try_get(5)?;
+                Ok(NamedKernelCounter {
+                    kernel_id: r.try_get(0)?,
+                    kernel_name: r.try_get(1)?,
+                    device_id: r.try_get(2)?,
+                    duration_ns: r.try_get(3)?,
+                    quantity: r.try_get(4)?,
+                    kind: CounterKind::parse(&kind).unwrap_or(CounterKind::Average),
+                    value: r.try_get(6)?,
+                    shared: r.try_get(7)?,
+                    estimated: r.try_get(8)?,
+                })
+            })
+            .collect()
+    }
+
     /// One summary per counter the run holds.
     pub fn counter_summaries(&mut self) -> Result<Vec<CounterSummary>> {
         let metrics = self.counter_metrics()?;

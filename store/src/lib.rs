@@ -42,7 +42,7 @@ mod writer;
 
 pub use counters::{
     attribute, attribute_counters, record_counters, AttributionReport, CounterKind, CounterMetric,
-    CounterSample, CounterSummary, KernelCounter, Span,
+    CounterSample, CounterSummary, KernelCounter, NamedKernelCounter, Span,
 };
 pub use error::{Error, Result};
 pub use mapped::Mapped;
