@@ -62,7 +62,15 @@ enum Command {
         fuseprof collect -o run.sqlite -- python infer.py\n  \
         fuseprof collect --pytorch modules -o swin.sqlite -- python infer.py --batch 64\n  \
         fuseprof collect --capture nvtx:step -o run.sqlite -- ./my_cuda_app\n  \
-        fuseprof collect --capture cudaProfilerApi -- torchrun --nproc_per_node 2 train.py\n\n\
+        fuseprof collect --capture cudaProfilerApi -- torchrun --nproc_per_node 2 train.py\n  \
+        fuseprof collect --metrics memory -o run.sqlite -- python infer.py\n\n\
+        --metrics samples hardware counters with the trace (CUPTI PM sampling: device-wide,\n\
+        every 20 us of GPU time by default; CUDA 12.6+, and counters the user may read). Each\n\
+        sample is split between the kernels that ran in it by time; kernels that ran beside\n\
+        others on another stream get a shared value, flagged. Sets: memory (DRAM read and\n\
+        write bytes, L2 hit rate), compute (tensor and FMA pipe activity, warps active), all\n\
+        (both, as far as one pass allows), or metric names separated by commas. Where the GPU,\n\
+        driver or another profiler refuses, one line says why and the trace is still written.\n\n\
         Child processes (DataLoader workers, torchrun ranks, scripts that start python) are\n\
         traced into the same run. The tracer library libfuseprof_tracer.so is looked for in\n\
         $FUSEPROF_TRACER, then next to the fuseprof executable, then in ../lib/fuseprof beside it.")]
@@ -85,6 +93,13 @@ enum Command {
         /// Also record the CUDA query calls (cudaGetDevice, ...) skipped by default.
         #[arg(long)]
         all_api: bool,
+        /// Sample hardware counters with the trace: memory, compute, all, or metric names
+        /// separated by commas (see below).
+        #[arg(long, value_parser = parse_metrics)]
+        metrics: Option<collect::Metrics>,
+        /// The counters' sampling interval in microseconds of GPU time.
+        #[arg(long, default_value_t = 20.0, requires = "metrics")]
+        metrics_interval_us: f64,
         /// The program and its arguments, after `--`.
         #[arg(last = true, required = true, num_args = 1..)]
         command: Vec<OsString>,
@@ -427,6 +442,10 @@ fn parse_capture(s: &str) -> Result<Capture, String> {
     s.parse().map_err(|e| format!("{e}"))
 }
 
+fn parse_metrics(s: &str) -> Result<collect::Metrics, String> {
+    s.parse().map_err(|e| format!("{e}"))
+}
+
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum FormatArg {
     Kineto,
@@ -485,8 +504,16 @@ fn run(command: Command) -> Result<ExitCode> {
             pytorch,
             capture,
             all_api,
+            metrics,
+            metrics_interval_us,
             command,
         } => {
+            if !(1.0..=1_000_000.0).contains(&metrics_interval_us) {
+                anyhow::bail!(
+                    "--metrics-interval-us {metrics_interval_us}: expected 1 to 1000000 \
+                     microseconds"
+                );
+            }
             let cfg = CollectConfig {
                 output,
                 overwrite: force,
@@ -498,6 +525,10 @@ fn run(command: Command) -> Result<ExitCode> {
                 python_path: Vec::new(),
                 env: Vec::new(),
                 progress: Some(Default::default()),
+                metrics: metrics.map(|m| collect::Metrics {
+                    interval_ns: Some((metrics_interval_us * 1000.0).round() as u64),
+                    ..m
+                }),
             };
             let progress = cfg.progress.clone().unwrap_or_default();
             let outcome =
@@ -519,6 +550,19 @@ fn run(command: Command) -> Result<ExitCode> {
                 outcome.cupti_dropped,
                 outcome.nvtx_dropped
             );
+            if let Some(r) = &outcome.counters {
+                note!(
+                    "fuseprof: counters: {} metric(s), {} samples; {} kernel values ({} shared \
+                     with concurrent work, {} estimated from samples longer than the kernel); \
+                     {} kernel(s) no sample covered",
+                    r.metrics,
+                    r.samples,
+                    r.kernel_values,
+                    r.shared,
+                    r.estimated,
+                    r.uncovered_kernels
+                );
+            }
             if let Ok(ranks) = Store::open(&outcome.output).and_then(|mut s| s.ranks()) {
                 print_ranks(&ranks);
             }
@@ -835,10 +879,14 @@ fn run(command: Command) -> Result<ExitCode> {
             let mut store = Store::open(&run)?;
             let info = store.info()?;
             let ranks = store.ranks()?;
+            let counters = store.counter_summaries()?;
             if json {
                 let mut v = serde_json::to_value(&info)?;
                 if !ranks.is_empty() {
                     v["ranks"] = serde_json::to_value(&ranks)?;
+                }
+                if !counters.is_empty() {
+                    v["counters"] = serde_json::to_value(&counters)?;
                 }
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
@@ -853,10 +901,44 @@ fn run(command: Command) -> Result<ExitCode> {
                         r.rank_source.replace('_', " ")
                     );
                 }
+                print!("{}", render_counters(&counters));
             }
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One line per hardware counter the run holds (`--metrics`).
+fn render_counters(counters: &[fuseprof_store::CounterSummary]) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    for c in counters {
+        let m = &c.metric;
+        let every = m
+            .interval_ns
+            .map(|ns| format!(" every {} us", ns as f64 / 1000.0))
+            .unwrap_or_default();
+        let total = match c.total {
+            Some(t) if m.unit == "byte" => format!(", {:.3} GB in all", t / 1e9),
+            Some(t) => format!(", {t:.4e} in all"),
+            None => String::new(),
+        };
+        let _ = writeln!(
+            s,
+            "counter:    {} on GPU {} ({}, {}{every}): {} samples over {:.3} ms{total}; {} \
+             kernels ({} shared, {} estimated)",
+            m.quantity,
+            m.device_id,
+            m.name,
+            m.method.replace('_', " "),
+            c.samples,
+            c.sampled_ns as f64 / 1e6,
+            c.kernels,
+            c.shared,
+            c.estimated
+        );
+    }
+    s
 }
 
 fn render_info(i: &fuseprof_store::Info) -> String {

@@ -39,6 +39,7 @@ pub mod floor;
 mod fxmap;
 pub mod headroom;
 pub mod hotspots;
+pub mod measured;
 pub mod op_tree;
 pub mod ops;
 pub mod ranks;
@@ -152,6 +153,10 @@ pub struct Analysis {
     /// Per rank and across ranks, for a distributed run (absent otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ranks: Option<ranks::RankAnalysis>,
+    /// What the run's hardware counters measured per kernel name (`collect --metrics`;
+    /// absent without counters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured: Option<measured::Measured>,
     /// Oddities in the input and how they were handled (never fatal).
     pub notes: Vec<String>,
 }
@@ -810,7 +815,10 @@ pub(crate) fn analyze_loaded(
 
     lap(&mut clock, "headroom");
 
-    // 8. The step's floor.
+    // 8. What the hardware counters measured (whole run).
+    let measured = measured::measure(&store.named_kernel_counters()?, &device_rows);
+
+    // 9. The step's floor.
     let floor = floor::from_tree(
         &tree,
         &names,
@@ -857,6 +865,7 @@ pub(crate) fn analyze_loaded(
         headroom,
         floor,
         ranks: rank_analysis,
+        measured,
         notes,
     })
 }

@@ -252,7 +252,10 @@ pub fn render_text(a: &Analysis, cfg: &AnalyzeConfig) -> String {
         GroupBy::Op => ops_table(&mut o, a, top),
         GroupBy::Shape => shape_table(&mut o, a, top),
         GroupBy::Module => module_table(&mut o, a, top),
-        GroupBy::Kernel => kernel_table(&mut o, a, top),
+        GroupBy::Kernel => {
+            kernel_table(&mut o, a, top);
+            measured_table(&mut o, a, top);
+        }
         GroupBy::Class => {}
     }
     if cfg.by != GroupBy::Class {
@@ -408,6 +411,41 @@ fn kernel_table(o: &mut String, a: &Analysis, top: usize) {
             count(r.count),
             us(r.mean_ns),
             us(r.max_ns as f64)
+        );
+    }
+}
+
+/// The kernels' measured DRAM traffic and tensor-pipe activity (`collect --metrics`).
+fn measured_table(o: &mut String, a: &Analysis, top: usize) {
+    let Some(m) = &a.measured else { return };
+    let _ = writeln!(
+        o,
+        "\nMeasured by hardware counters ({}; {} kernels, {} shared with concurrent work, {} \
+         estimated from samples longer than the kernel)",
+        m.quantities.join(", "),
+        m.kernels,
+        m.shared,
+        m.estimated
+    );
+    let name_w = WIDTH - 2 - 52;
+    let _ = writeln!(
+        o,
+        "  {:<name_w$} {:>10} {:>10} {:>10} {:>8} {:>9}",
+        "kernel", "total ms", "DRAM MB", "GB/s", "% peak", "tensor %"
+    );
+    let opt = |v: Option<f64>, scale: f64, prec: usize| {
+        v.map_or("-".to_string(), |x| format!("{:.prec$}", x / scale))
+    };
+    for r in m.by_kernel.iter().take(top) {
+        let _ = writeln!(
+            o,
+            "  {:<name_w$} {:>10} {:>10} {:>10} {:>8} {:>9}",
+            fit(&short_kernel_name(&r.name), name_w),
+            ms(r.gpu_ns),
+            opt(r.dram_bytes, 1e6, 1),
+            opt(r.achieved_bytes_per_s, 1e9, 1),
+            opt(r.bandwidth_pct_of_peak, 1.0, 1),
+            opt(r.tensor_pipe_pct, 1.0, 1)
         );
     }
 }

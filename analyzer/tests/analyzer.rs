@@ -1510,3 +1510,127 @@ fn steps_without_annotation_are_the_model_calls_or_the_optimizer_steps() {
         assert!(s.steps.iter().all(|x| x.gpu_ns > 0), "{rec}");
     }
 }
+
+/// A run with counters: each kernel name gets its measured DRAM bytes, the bandwidth they
+/// make over its GPU time against the device's peak, and its tensor-pipe activity; the
+/// text report shows the table. A run without counters has no `measured` at all.
+#[test]
+fn measured_counters_give_bandwidth_against_the_peak() {
+    use fuseprof_store::{record_counters, CounterKind, CounterMetric, CounterSample, Device};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run.sqlite");
+    let mut w = Writer::create(&path, CreateOptions::default()).unwrap();
+    w.device(Device {
+        id: 0,
+        name: Some("NVIDIA H200".into()),
+        mem_bandwidth_bytes_per_s: Some(4.0e12),
+        ..Default::default()
+    });
+    // A copy 0..10 us and a GEMM 10..30 us, one launch each.
+    for (i, (name, start, end)) in [("copy_kernel", 0, 10_000), ("sm90_gemm", 10_000, 30_000)]
+        .into_iter()
+        .enumerate()
+    {
+        let name = w.intern(name);
+        let launch = w.intern("cudaLaunchKernel");
+        w.api_call(ApiCall {
+            api: Api::Runtime,
+            start_ns: start - 100,
+            end_ns: start - 50,
+            pid: 1,
+            tid: 1,
+            correlation_id: Some(i as i64 + 1),
+            external_id: None,
+            name: launch,
+            return_code: Some(0),
+        })
+        .unwrap();
+        w.kernel(Kernel {
+            start_ns: start,
+            end_ns: end,
+            device_id: 0,
+            stream_id: 7,
+            pid: Some(1),
+            correlation_id: Some(i as i64 + 1),
+            external_id: None,
+            name,
+            grid: None,
+            block: None,
+            registers_per_thread: None,
+            static_smem_bytes: None,
+            dynamic_smem_bytes: None,
+            graph_id: None,
+        })
+        .unwrap();
+    }
+    w.finish(RunInfo {
+        source_format: "cupti".into(),
+        ..Default::default()
+    })
+    .unwrap();
+    let mut store = Store::open(&path).unwrap();
+    assert_eq!(
+        analyze(&mut store, &AnalyzeConfig::default())
+            .unwrap()
+            .measured,
+        None
+    );
+    drop(store);
+
+    let metric = |id, quantity: &str, kind| CounterMetric {
+        id,
+        device_id: 0,
+        name: quantity.into(),
+        quantity: quantity.into(),
+        kind,
+        unit: String::new(),
+        method: "pm_sampling".into(),
+        interval_ns: Some(10_000),
+    };
+    let sample = |metric_id, start_ns, value| CounterSample {
+        metric_id,
+        start_ns,
+        end_ns: start_ns + 10_000,
+        value,
+    };
+    record_counters(
+        &path,
+        &[
+            metric(1, "dram_read_bytes", CounterKind::Sum),
+            metric(2, "tensor_pipe_pct", CounterKind::Average),
+        ],
+        &[
+            // The copy moves 30 MB in 10 us (3 TB/s, 75% of 4 TB/s); the GEMM 8 MB in 20 us.
+            sample(1, 0, 30e6),
+            sample(1, 10_000, 4e6),
+            sample(1, 20_000, 4e6),
+            sample(2, 0, 0.0),
+            sample(2, 10_000, 60.0),
+            sample(2, 20_000, 80.0),
+        ],
+    )
+    .unwrap();
+    let mut store = Store::open(&path).unwrap();
+    let a = analyze(&mut store, &AnalyzeConfig::default()).unwrap();
+    let m = a.measured.as_ref().expect("counters are measured");
+    assert_eq!(m.quantities, vec!["dram_read_bytes", "tensor_pipe_pct"]);
+    assert_eq!((m.kernels, m.shared, m.estimated), (2, 0, 0));
+    let row = |name: &str| m.by_kernel.iter().find(|r| r.name == name).unwrap().clone();
+    let copy = row("copy_kernel");
+    assert_eq!(copy.dram_bytes, Some(30e6));
+    assert!((copy.achieved_bytes_per_s.unwrap() - 3e12).abs() < 1.0);
+    assert!((copy.bandwidth_pct_of_peak.unwrap() - 75.0).abs() < 1e-9);
+    assert_eq!(copy.tensor_pipe_pct, Some(0.0));
+    let gemm = row("sm90_gemm");
+    assert_eq!(gemm.dram_bytes, Some(8e6));
+    assert_eq!(gemm.tensor_pipe_pct, Some(70.0));
+    assert_eq!(m.by_kernel[0].name, "sm90_gemm", "ranked by GPU time");
+    let text = render_text(
+        &a,
+        &AnalyzeConfig {
+            by: GroupBy::Kernel,
+            ..Default::default()
+        },
+    );
+    assert!(text.contains("Measured by hardware counters"), "{text}");
+}

@@ -33,6 +33,7 @@ fn config(dir: &Path, out: &str, command: &[&str]) -> CollectConfig {
         python_path: Vec::new(),
         env: Vec::new(),
         progress: None,
+        metrics: None,
     }
 }
 
@@ -673,4 +674,127 @@ fn processes_that_each_see_their_gpu_as_device_0_keep_their_gpus_apart() {
         store.for_each_kernel(|k| ids.push(k.device_id)).unwrap();
         assert_eq!(ids, [0], "{visible:?}");
     }
+}
+
+/// Counter records (`--metrics`) become the run's counters: device ids through
+/// CUDA_VISIBLE_DEVICES, values scaled, sample times put on CUPTI's clock by the clock
+/// readings, and the samples attributed to the kernels that ran in them.
+#[test]
+fn counter_records_become_counters_attributed_to_kernels() {
+    let dir = tempfile::tempdir().unwrap();
+    let spool_dir = dir.path().join("spool");
+    std::fs::create_dir(&spool_dir).unwrap();
+    let mut b = Vec::new();
+    b.extend_from_slice(spool::MAGIC);
+    b.extend_from_slice(&spool::VERSION.to_le_bytes());
+    rec(&mut b, tag::PROCESS, |e| {
+        e.u32(77);
+        e.u32(1);
+        e.u32(130001);
+        e.u8(0);
+        e.i64(1_700_000_000_000_000_000);
+        e.u64(0);
+        e.str("/usr/bin/python3");
+        e.str("python3 infer.py");
+        e.str("2"); // the process's device 0 is the machine's GPU 2
+    });
+    // Two kernels back to back on device 0, CUPTI times 10_000..10_400..10_800.
+    for (start, corr) in [(10_000u64, 1u32), (10_400, 2)] {
+        rec(&mut b, tag::KERNEL, |e| {
+            e.u64(start);
+            e.u64(start + 400);
+            e.u32(0);
+            e.u32(1);
+            e.u32(7);
+            e.u32(corr);
+            for v in [1, 1, 1, 32, 1, 1] {
+                e.i32(v);
+            }
+            e.u16(32);
+            e.i32(0);
+            e.i32(0);
+            e.u32(1);
+            e.u32(0);
+        });
+    }
+    rec(&mut b, tag::STRING, |e| {
+        e.u32(1);
+        e.str("copy_kernel");
+    });
+    for (index, kind, scale, name, quantity) in [
+        (0u32, 0u8, 32.0, "dram__sectors_read.sum", "dram_read_bytes"),
+        (1, 1, 1.0, "lts__t_sector_hit_rate.pct", "l2_hit_pct"),
+    ] {
+        rec(&mut b, tag::COUNTER_METRIC, |e| {
+            e.u32(0);
+            e.u32(index);
+            e.u8(kind);
+            e.f64(scale);
+            e.u64(200);
+            e.str("pm_sampling");
+            e.str(name);
+            e.str(quantity);
+            e.str(if kind == 0 { "byte" } else { "percent" });
+        });
+    }
+    // The device's clock runs 9_000 ns behind CUPTI's.
+    rec(&mut b, tag::GPU_CLOCK, |e| {
+        e.u32(0);
+        e.u64(9_500);
+        e.u64(500);
+    });
+    // Four samples of 200 ns on the device clock 1_000..1_800 = CUPTI 10_000..10_800.
+    rec(&mut b, tag::COUNTER_SAMPLES, |e| {
+        e.u32(0);
+        e.u32(2);
+        e.u32(4);
+        for (i, (sectors, hit)) in [(10.0, 50.0), (20.0, 50.0), (30.0, 80.0), (40.0, 90.0)]
+            .into_iter()
+            .enumerate()
+        {
+            e.u64(1_000 + 200 * i as u64);
+            e.u64(1_200 + 200 * i as u64);
+            e.f64(sectors);
+            e.f64(hit);
+        }
+    });
+    rec(&mut b, tag::FLUSHED, |e| {
+        e.u64(20_000);
+        e.u8(spool::flush_reason::EXIT);
+    });
+    std::fs::write(spool_dir.join("fuseprof-77-1.spool"), &b).unwrap();
+    let out = dir.path().join("run.sqlite");
+    let (_, warnings) =
+        fuseprof_collector::collect::ingest_spool_dir_with_warnings(&spool_dir, &out).unwrap();
+    assert!(warnings.is_empty(), "{warnings:?}");
+
+    let mut store = Store::open(&out).unwrap();
+    let metrics = store.counter_metrics().unwrap();
+    assert_eq!(metrics.len(), 2);
+    assert_eq!(metrics[0].device_id, 2);
+    assert_eq!(metrics[0].quantity, "dram_read_bytes");
+    assert_eq!(metrics[1].kind, fuseprof_store::CounterKind::Average);
+    let samples = store.counter_samples(metrics[0].id).unwrap();
+    assert_eq!(
+        samples
+            .iter()
+            .map(|s| (s.start_ns, s.end_ns, s.value))
+            .collect::<Vec<_>>(),
+        vec![
+            (10_000, 10_200, 320.0),
+            (10_200, 10_400, 640.0),
+            (10_400, 10_600, 960.0),
+            (10_600, 10_800, 1280.0)
+        ]
+    );
+    let per_kernel: Vec<(i64, i64, f64)> = store
+        .kernel_counters()
+        .unwrap()
+        .iter()
+        .map(|k| (k.kernel_id, k.metric_id, k.value))
+        .collect();
+    assert_eq!(
+        per_kernel,
+        vec![(1, 1, 960.0), (1, 2, 50.0), (2, 1, 2240.0), (2, 2, 85.0)]
+    );
 }

@@ -776,6 +776,7 @@ impl Traced<'_> {
             python_path: vec![self.patch_dir.to_path_buf()],
             env,
             progress: None,
+            metrics: None,
         };
         let outcome =
             collect::run(&collect_cfg).map_err(|e| Error::Bench(format!("{what}: {e}")))?;

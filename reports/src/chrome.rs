@@ -95,6 +95,47 @@ fn tmp_name(path: &Path) -> PathBuf {
     path.with_file_name(format!(".{name}.fuseprof-tmp-{}", std::process::id()))
 }
 
+enum CounterError {
+    Io(std::io::Error),
+    Store(fuseprof_store::Error),
+}
+
+/// The hardware counters as counter tracks ("C" events) of their GPU's process: a count over
+/// each sample (DRAM bytes) as a rate in GB/s, a rate or percentage as it is; a gap between
+/// samples drops a count's track to 0. Returns the devices that have counters.
+fn write_counters(store: &mut Store, out: &mut Out) -> Result<Vec<i64>, CounterError> {
+    let mut devices = Vec::new();
+    for m in store.counter_metrics().map_err(CounterError::Store)? {
+        let samples = store.counter_samples(m.id).map_err(CounterError::Store)?;
+        let sum = m.kind == fuseprof_store::CounterKind::Sum;
+        let name = if sum {
+            format!("{} (GB/s)", m.quantity)
+        } else if m.unit.is_empty() {
+            m.quantity.clone()
+        } else {
+            format!("{} ({})", m.quantity, m.unit)
+        };
+        let pid = GPU_PID_BASE + m.device_id;
+        devices.push(m.device_id);
+        for (i, s) in samples.iter().enumerate() {
+            let value = if sum {
+                // bytes per ns = GB/s
+                s.value / (s.end_ns - s.start_ns).max(1) as f64
+            } else {
+                s.value
+            };
+            out.event(json!({"ph":"C","name":name,"pid":pid,"ts":out.us(s.start_ns),"args":{"value":value}}))
+                .map_err(CounterError::Io)?;
+            let next_start = samples.get(i + 1).map(|n| n.start_ns);
+            if sum && next_start.is_none_or(|n| n > s.end_ns) {
+                out.event(json!({"ph":"C","name":name,"pid":pid,"ts":out.us(s.end_ns),"args":{"value":0.0}}))
+                    .map_err(CounterError::Io)?;
+            }
+        }
+    }
+    Ok(devices)
+}
+
 fn write_trace(store: &mut Store, tmp: &Path) -> Result<ExportSummary, ExportError> {
     let io = |source| ExportError::Io {
         path: tmp.into(),
@@ -283,6 +324,10 @@ fn write_trace(store: &mut Store, tmp: &Path) -> Result<ExportSummary, ExportErr
     }
 
     let mut gpus: Vec<i64> = streams.keys().map(|(d, _)| *d).collect();
+    gpus.extend(write_counters(store, &mut out).map_err(|e| match e {
+        CounterError::Io(e) => io(e),
+        CounterError::Store(e) => ExportError::Store(e),
+    })?);
     gpus.sort_unstable();
     gpus.dedup();
     for d in gpus {

@@ -898,3 +898,94 @@ fn outputs_fuzz_corpus() {
     }
     assert!(reports > 0, "no outputs corpus that makes a report");
 }
+
+/// A run's hardware counters become counter tracks ("C" events) on their GPU's process:
+/// DRAM bytes as GB/s per sample (0 across a gap), percentages as they are; the JSON parses.
+#[test]
+fn export_writes_counter_tracks() {
+    use fuseprof_reports::chrome;
+    use fuseprof_store::*;
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run.sqlite");
+    let mut w = Writer::create(&run, CreateOptions::default()).unwrap();
+    let name = w.intern("copy_kernel");
+    w.kernel(Kernel {
+        start_ns: 1_000,
+        end_ns: 3_000,
+        device_id: 0,
+        stream_id: 7,
+        pid: Some(1),
+        correlation_id: Some(1),
+        external_id: None,
+        name,
+        grid: None,
+        block: None,
+        registers_per_thread: None,
+        static_smem_bytes: None,
+        dynamic_smem_bytes: None,
+        graph_id: None,
+    })
+    .unwrap();
+    w.finish(RunInfo {
+        source_format: "cupti".into(),
+        ..Default::default()
+    })
+    .unwrap();
+    let metric = |id: i64, quantity: &str, kind, unit: &str| CounterMetric {
+        id,
+        device_id: 0,
+        name: quantity.into(),
+        quantity: quantity.into(),
+        kind,
+        unit: unit.into(),
+        method: "pm_sampling".into(),
+        interval_ns: Some(1000),
+    };
+    let sample = |metric_id, start_ns, value| CounterSample {
+        metric_id,
+        start_ns,
+        end_ns: start_ns + 1000,
+        value,
+    };
+    record_counters(
+        &run,
+        &[
+            metric(1, "dram_read_bytes", CounterKind::Sum, "byte"),
+            metric(2, "l2_hit_pct", CounterKind::Average, "percent"),
+        ],
+        &[
+            sample(1, 1_000, 4000.0),
+            sample(1, 3_000, 2000.0),
+            sample(2, 1_000, 75.0),
+        ],
+    )
+    .unwrap();
+    let out = dir.path().join("trace.json");
+    chrome::export(&mut Store::open(&run).unwrap(), &out, false).unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let counters: Vec<(String, f64, f64)> = doc["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "C")
+        .map(|e| {
+            assert_eq!(e["pid"], chrome::GPU_PID_BASE);
+            (
+                e["name"].as_str().unwrap().to_string(),
+                e["ts"].as_f64().unwrap(),
+                e["args"]["value"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    let gbs = "dram_read_bytes (GB/s)".to_string();
+    assert_eq!(
+        counters,
+        vec![
+            (gbs.clone(), 0.0, 4.0),
+            (gbs.clone(), 1.0, 0.0),
+            (gbs.clone(), 2.0, 2.0),
+            (gbs, 3.0, 0.0),
+            ("l2_hit_pct (percent)".into(), 0.0, 75.0),
+        ]
+    );
+}

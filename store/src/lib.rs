@@ -22,6 +22,7 @@
 //! store.for_each_range(|r| assert_eq!(strings.get(r.name), "aten::addmm")).unwrap();
 //! ```
 
+mod counters;
 mod error;
 mod fileformat;
 #[cfg(test)]
@@ -39,6 +40,10 @@ mod summaries;
 mod tables;
 mod writer;
 
+pub use counters::{
+    attribute, attribute_counters, record_counters, AttributionReport, CounterKind, CounterMetric,
+    CounterSample, CounterSummary, KernelCounter, NamedKernelCounter, Span,
+};
 pub use error::{Error, Result};
 pub use mapped::Mapped;
 pub use model::*;
@@ -105,4 +110,4 @@ mod tests {
 }
 
 /// The schema version this build writes and the newest it reads.
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;

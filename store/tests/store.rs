@@ -751,3 +751,69 @@ fn memory_kinds_come_from_cupti_numbers_and_labels() {
         assert_eq!(MemoryKind::parse(k.as_str()), Some(k));
     }
 }
+
+/// Counters written into a finished run read back as written, and their samples are
+/// attributed to the run's kernels (`kernel_counters`), with the shared flag where two streams
+/// ran at once. A run without counters reads as having none.
+#[test]
+fn counters_round_trip_and_are_attributed_to_kernels() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run.sqlite");
+    let mut w = Writer::create(&path, CreateOptions::default()).unwrap();
+    // Kernels 0..100 and 100..200 on stream 7; 150..250 on stream 8 overlaps the second.
+    for (start, stream) in [(0, 7), (100, 7), (150, 8)] {
+        let mut k = kernel(&mut w, "k", start);
+        k.stream_id = stream;
+        w.kernel(k).unwrap();
+    }
+    w.finish(RunInfo {
+        source_format: "cupti".into(),
+        ..Default::default()
+    })
+    .unwrap();
+    assert!(Store::open(&path)
+        .unwrap()
+        .counter_metrics()
+        .unwrap()
+        .is_empty());
+
+    let metric = CounterMetric {
+        id: 1,
+        device_id: 0,
+        name: "dram__bytes_read.sum".into(),
+        quantity: "dram_read_bytes".into(),
+        kind: CounterKind::Sum,
+        unit: "byte".into(),
+        method: "pm_sampling".into(),
+        interval_ns: Some(50),
+    };
+    let samples: Vec<CounterSample> = (0..5)
+        .map(|i| CounterSample {
+            metric_id: 1,
+            start_ns: i * 50,
+            end_ns: i * 50 + 50,
+            value: 1000.0,
+        })
+        .collect();
+    let report = record_counters(&path, std::slice::from_ref(&metric), &samples).unwrap();
+    assert_eq!(report.samples, 5);
+    assert_eq!(report.kernel_values, 3);
+    assert_eq!(report.shared, 2);
+
+    let mut s = Store::open(&path).unwrap();
+    assert_eq!(s.counter_metrics().unwrap(), vec![metric]);
+    assert_eq!(s.counter_samples(1).unwrap(), samples);
+    let got = s.kernel_counters().unwrap();
+    let by_kernel: Vec<(i64, f64, bool)> = got
+        .iter()
+        .map(|k| (k.kernel_id, k.value, k.shared))
+        .collect();
+    // 0..100 alone: two whole samples. 100..150 alone (1000), then 150..200 shared with the
+    // third kernel (500 each), then 200..250 the third alone (1000).
+    assert_eq!(
+        by_kernel,
+        vec![(1, 2000.0, false), (2, 1500.0, true), (3, 1500.0, true)]
+    );
+    // The five samples' bytes are all accounted for.
+    assert_eq!(got.iter().map(|k| k.value).sum::<f64>(), 5000.0);
+}

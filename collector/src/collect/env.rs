@@ -163,6 +163,19 @@ pub fn prepare(
     if cfg.all_api {
         cmd.env("FUSEPROF_ALL_API", "1");
     }
+    match &cfg.metrics {
+        Some(m) => {
+            cmd.env(spool::ENV_METRICS, &m.set);
+            match m.interval_ns {
+                Some(ns) => cmd.env(spool::ENV_METRICS_INTERVAL_NS, ns.to_string()),
+                None => cmd.env_remove(spool::ENV_METRICS_INTERVAL_NS),
+            };
+        }
+        None => {
+            cmd.env_remove(spool::ENV_METRICS);
+            cmd.env_remove(spool::ENV_METRICS_INTERVAL_NS);
+        }
+    }
     match cfg.capture.env_value() {
         Some(v) => cmd.env(spool::ENV_CAPTURE, v),
         None => cmd.env_remove(spool::ENV_CAPTURE),

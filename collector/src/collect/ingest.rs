@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use fuseprof_store::{
-    parse_range_name, Api, ApiCall, CopyKind, Device, Kernel, Memop, MemopKind, MemoryKind, Range,
-    RangeKind, StrId, Writer,
+    parse_range_name, Api, ApiCall, CopyKind, CounterKind, CounterMetric, CounterSample, Device,
+    Kernel, Memop, MemopKind, MemoryKind, Range, RangeKind, StrId, Writer,
 };
 
 use super::spool::{self, flush_reason, msg, tag, Dec};
@@ -28,6 +28,10 @@ pub struct Report {
     pub start_unix_ns: Option<i64>,
     pub spool_bytes: u64,
     pub warnings: Vec<String>,
+    /// Hardware counters (`--metrics`), ids numbered across processes, and their samples
+    /// with times on the run's clock: written into the run once it is complete.
+    pub counter_metrics: Vec<CounterMetric>,
+    pub counter_samples: Vec<CounterSample>,
 }
 
 /// The spool files in `dir`, oldest first.
@@ -119,6 +123,10 @@ struct Defs {
     /// The process wrote each record as it happened (a forked child): nothing to lose.
     write_through: bool,
     statuses: Vec<(u8, String)>,
+    /// Counters by (device as the process numbers it, index): (metric, scale).
+    counters: HashMap<(u32, u32), (CounterMetric, f64)>,
+    /// Per device as the process numbers it: (cupti_ns, gpu_ns) readings, in order.
+    gpu_clocks: HashMap<u32, Vec<(i64, i64)>>,
 }
 
 /// An NVTX range opened and not yet closed.
@@ -202,6 +210,38 @@ fn collect_defs(data: &[u8]) -> Defs {
                     d.registered.insert(id, p.str()?);
                 }
                 tag::CLOCK => d.clock_offset_ns = p.i64()?,
+                tag::COUNTER_METRIC => {
+                    let device = p.u32()?;
+                    let index = p.u32()?;
+                    let kind = if p.u8()? == 0 {
+                        CounterKind::Sum
+                    } else {
+                        CounterKind::Average
+                    };
+                    let scale = p.f64()?;
+                    let interval_ns = p.u64()? as i64;
+                    let method = p.str()?;
+                    let name = p.str()?;
+                    let quantity = p.str()?;
+                    let unit = p.str()?;
+                    let metric = CounterMetric {
+                        id: 0, // numbered across processes by `ingest_one`
+                        device_id: d.device(device) as i64,
+                        name,
+                        quantity,
+                        kind,
+                        unit,
+                        method,
+                        interval_ns: Some(interval_ns),
+                    };
+                    d.counters.insert((device, index), (metric, scale));
+                }
+                tag::GPU_CLOCK => {
+                    let device = p.u32()?;
+                    let cupti = p.u64()? as i64;
+                    let gpu = p.u64()? as i64;
+                    d.gpu_clocks.entry(device).or_default().push((cupti, gpu));
+                }
                 tag::WRITE_THROUGH => d.write_through = true,
                 tag::FLUSHED => {
                     let _ts = p.u64()?;
@@ -394,6 +434,19 @@ fn ingest_one(
     }
 
     let off = defs.clock_offset_ns;
+    // This process's counters get run-wide ids.
+    let mut counter_ids: HashMap<(u32, u32), (i64, f64)> = HashMap::new();
+    let mut counter_keys: Vec<&(u32, u32)> = defs.counters.keys().collect();
+    counter_keys.sort();
+    for key in counter_keys {
+        let (metric, scale) = &defs.counters[key];
+        let id = report.counter_metrics.len() as i64 + 1;
+        report.counter_metrics.push(CounterMetric {
+            id,
+            ..metric.clone()
+        });
+        counter_ids.insert(*key, (id, *scale));
+    }
     let mut em = Emitter {
         w,
         pid,
@@ -683,6 +736,28 @@ fn ingest_one(
                     };
                     Some(em.range(RangeKind::NvtxMark, &o, None, None, &defs))
                 }
+                tag::COUNTER_SAMPLES => {
+                    let device = p.u32()?;
+                    let n = p.u32()?;
+                    let count = p.u32()?;
+                    let clocks = defs.gpu_clocks.get(&device).map_or(&[][..], |c| &c[..]);
+                    for _ in 0..count {
+                        let start = gpu_to_cupti(p.u64()? as i64, clocks);
+                        let end = gpu_to_cupti(p.u64()? as i64, clocks);
+                        for i in 0..n {
+                            let v = p.f64()?;
+                            if let Some(&(metric_id, scale)) = counter_ids.get(&(device, i)) {
+                                report.counter_samples.push(CounterSample {
+                                    metric_id,
+                                    start_ns: start,
+                                    end_ns: end,
+                                    value: v * scale,
+                                });
+                            }
+                        }
+                    }
+                    Some(Ok(()))
+                }
                 _ => Some(Ok(())),
             }
         })();
@@ -719,4 +794,43 @@ fn ingest_one(
         ));
     }
     Ok(())
+}
+
+/// A device-clock time on CUPTI's clock, from the (cupti_ns, gpu_ns) readings the tracer took
+/// (interpolated between the two around it, extrapolated from the nearest two outside them);
+/// unchanged when there are none (the times are then taken to be on CUPTI's clock already).
+fn gpu_to_cupti(gpu_ns: i64, clocks: &[(i64, i64)]) -> i64 {
+    match clocks {
+        [] => gpu_ns,
+        [(c, g)] => gpu_ns + (c - g),
+        _ => {
+            // The pair of readings around gpu_ns (or the nearest pair outside them).
+            let i = clocks
+                .partition_point(|&(_, g)| g <= gpu_ns)
+                .clamp(1, clocks.len() - 1);
+            let (c0, g0) = clocks[i - 1];
+            let (c1, g1) = clocks[i];
+            if g1 == g0 {
+                return gpu_ns + (c0 - g0);
+            }
+            let rate = (c1 - c0) as f64 / (g1 - g0) as f64;
+            c0 + ((gpu_ns - g0) as f64 * rate).round() as i64
+        }
+    }
+}
+
+#[cfg(test)]
+mod clock_tests {
+    use super::gpu_to_cupti;
+
+    #[test]
+    fn device_times_follow_the_clock_readings() {
+        assert_eq!(gpu_to_cupti(500, &[]), 500);
+        assert_eq!(gpu_to_cupti(500, &[(1_100, 100)]), 1_500);
+        // The CUPTI clock ran 1% faster than the device's between the readings.
+        let pairs = [(10_000, 0), (111_000, 100_000)];
+        assert_eq!(gpu_to_cupti(50_000, &pairs), 60_500);
+        assert_eq!(gpu_to_cupti(200_000, &pairs), 212_000);
+        assert_eq!(gpu_to_cupti(-100_000, &pairs), -91_000);
+    }
 }

@@ -19,6 +19,7 @@
 //!     python_path: Vec::new(),
 //!     env: Vec::new(),
 //!     progress: None,
+//!     metrics: None,
 //! };
 //! let outcome = run(&cfg)?;
 //! for w in &outcome.warnings {
@@ -148,6 +149,41 @@ pub struct CollectConfig {
     pub env: Vec<(OsString, OsString)>,
     /// Counters the ingest of the recording advances, for a progress display.
     pub progress: Option<std::sync::Arc<crate::progress::Progress>>,
+    /// Hardware counters to sample with the trace (`--metrics`).
+    pub metrics: Option<Metrics>,
+}
+
+/// `--metrics SET`: which hardware counters the tracer samples (CUPTI PM sampling, device-wide
+/// every `interval_ns` of GPU time), attributed to kernels once the run is written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Metrics {
+    /// `memory` (DRAM read and write bytes, L2 hit rate), `compute` (tensor and FMA pipe
+    /// activity, warps active), `all` (both, as far as one pass allows), or metric names
+    /// separated by commas.
+    pub set: String,
+    /// The sampling interval; `None`: the tracer's default, 20 us.
+    pub interval_ns: Option<u64>,
+}
+
+impl FromStr for Metrics {
+    type Err = CollectError;
+    fn from_str(s: &str) -> Result<Self, CollectError> {
+        let named = s.split(',').all(|n| n.trim().contains("__"));
+        match s {
+            "memory" | "compute" | "all" => {}
+            _ if named => {}
+            _ => {
+                return Err(CollectError::BadOption(format!(
+                    "--metrics {s}: expected memory, compute, all, or metric names such as \
+                     dram__bytes_read.sum separated by commas"
+                )))
+            }
+        }
+        Ok(Metrics {
+            set: s.to_string(),
+            interval_ns: None,
+        })
+    }
 }
 
 /// How a collection went. The run file is valid (possibly empty) whenever this is returned.
@@ -173,6 +209,8 @@ pub struct CollectOutcome {
     pub ingest_seconds: f64,
     /// Things the user should know, one sentence each.
     pub warnings: Vec<String>,
+    /// What was done with the hardware counters, when any were recorded.
+    pub counters: Option<fuseprof_store::AttributionReport>,
 }
 
 impl CollectOutcome {
@@ -351,6 +389,29 @@ pub fn run(cfg: &CollectConfig) -> Result<CollectOutcome> {
         cfg.capture.env_value().unwrap_or_else(|| "all".into()),
     );
     let counts = writer.finish(info)?;
+    let counters = if report.counter_metrics.is_empty() {
+        None
+    } else {
+        match fuseprof_store::record_counters(
+            &staging,
+            &report.counter_metrics,
+            &report.counter_samples,
+        ) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                warnings.push(format!("the hardware counters could not be written: {e}"));
+                None
+            }
+        }
+    };
+    if let (Some(m), None) = (&cfg.metrics, &counters) {
+        if exit_code != 127 && exit_code != 126 && report.cupti_processes > 0 {
+            warnings.push(format!(
+                "--metrics {}: no counter was recorded (the reasons are above)",
+                m.set
+            ));
+        }
+    }
     // A torchrun job: one rank per process that drives a GPU of its own.
     if let Err(e) = crate::import::ranks::label_ranks_in_place(&staging, "fuseprof collect") {
         warnings.push(format!("the ranks of the job could not be labelled: {e}"));
@@ -375,6 +436,7 @@ pub fn run(cfg: &CollectConfig) -> Result<CollectOutcome> {
         command_seconds,
         ingest_seconds,
         warnings,
+        counters,
     })
 }
 
@@ -516,5 +578,8 @@ pub fn ingest_spool_dir_with_warnings(
         tool_version: Some(env!("CARGO_PKG_VERSION").into()),
         ..Default::default()
     })?;
+    if !report.counter_metrics.is_empty() {
+        fuseprof_store::record_counters(output, &report.counter_metrics, &report.counter_samples)?;
+    }
     Ok((counts, report.warnings))
 }

@@ -93,6 +93,8 @@ const CBID_RT_PROFILER_START: u32 = 171;
 const CBID_RT_PROFILER_STOP: u32 = 172;
 const CBID_DRV_PROFILER_START: u32 = 308;
 const CBID_DRV_PROFILER_STOP: u32 = 309;
+const CB_DOMAIN_RESOURCE: u32 = 3;
+const CBID_RESOURCE_CONTEXT_CREATED: u32 = 1;
 
 fn status(t: &'static Tracer, level: u8, message: &str) {
     t.record(|e| {
@@ -171,6 +173,18 @@ pub fn start(t: &'static Tracer) {
         return;
     }
     SUBSCRIBER.store(sub as *mut c_void, Ordering::Release);
+    if crate::pmsampling::arm(t) {
+        // Contexts created from now on are where counters can be sampled.
+        // SAFETY: sub is the handle cuptiSubscribe returned.
+        unsafe {
+            sys::cuptiEnableCallback(
+                1,
+                sub,
+                sys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_RESOURCE,
+                CBID_RESOURCE_CONTEXT_CREATED,
+            )
+        };
+    }
     for (domain, cbid) in [
         (
             sys::CUpti_CallbackDomain::CUPTI_CB_DOMAIN_RUNTIME_API,
@@ -458,6 +472,15 @@ pub fn forget_after_fork() {
 unsafe extern "C" fn api_callback(_ud: *mut c_void, domain: u32, cbid: u32, data: *const c_void) {
     let _ = std::panic::catch_unwind(|| {
         if data.is_null() {
+            return;
+        }
+        if domain == CB_DOMAIN_RESOURCE {
+            if cbid == CBID_RESOURCE_CONTEXT_CREATED {
+                // SAFETY: for the resource domain `data` is a CUpti_ResourceData whose first
+                // field is the context.
+                let context = unsafe { *(data as *const usize) };
+                crate::pmsampling::context_created(context);
+            }
             return;
         }
         // SAFETY: for API domains `data` is a CUpti_CallbackData whose first field is the

@@ -11,6 +11,7 @@
 
 mod cupti;
 mod nvtx;
+mod pmsampling;
 #[path = "spool.rs"]
 pub mod spool;
 
@@ -428,6 +429,8 @@ fn wait_wake(period: Duration) {
 extern "C" fn at_exit() {
     let _ = std::panic::catch_unwind(|| {
         if let Some(t) = tracer() {
+            // The counters' last samples, before the final flush writes them.
+            pmsampling::finish();
             t.flush_all(spool::flush_reason::EXIT);
         }
     });

@@ -87,7 +87,24 @@ pub mod tag {
     /// child, which may leave through `_exit` with no chance to flush), so a missing final
     /// flush loses nothing.
     pub const WRITE_THROUGH: u8 = 25;
+    /// device u32, index u32 (the counter's place in that device's COUNTER_SAMPLES values),
+    /// kind u8 (0 sum, 1 average), scale f64 (applied to every value), interval_ns u64,
+    /// method str (`pm_sampling`), name str (the metric name the API accepted), quantity str
+    /// (`dram_read_bytes`, ...), unit str.
+    pub const COUNTER_METRIC: u8 = 26;
+    /// device u32, metrics u32 (n), samples u32, then per sample: start u64, end u64 (the
+    /// device's GPU clock, ns), n values f64. Values are as the API evaluated them, before scale.
+    pub const COUNTER_SAMPLES: u8 = 27;
+    /// device u32, cupti_ns u64 (cuptiGetTimestamp), gpu_ns u64 (the device's clock, that the
+    /// counter samples use, read at the same moment): the reader adds cupti_ns - gpu_ns of the
+    /// nearest pair to sample times. None spooled: the sample times are already on CUPTI's clock.
+    pub const GPU_CLOCK: u8 = 28;
 }
+
+/// Environment the collector sets for counters: the set (`memory`, `compute`, `all`, or a
+/// comma list of metric names) and the sampling interval in ns.
+pub const ENV_METRICS: &str = "FUSEPROF_METRICS";
+pub const ENV_METRICS_INTERVAL_NS: &str = "FUSEPROF_METRICS_INTERVAL_NS";
 
 /// Why the tracer flushed completely.
 pub mod flush_reason {
@@ -139,6 +156,9 @@ impl Enc<'_> {
     pub fn i64(&mut self, v: i64) {
         self.0.extend_from_slice(&v.to_le_bytes());
     }
+    pub fn f64(&mut self, v: f64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
     pub fn bytes(&mut self, b: &[u8]) {
         self.u32(b.len() as u32);
         self.0.extend_from_slice(b);
@@ -183,6 +203,9 @@ impl<'a> Dec<'a> {
     }
     pub fn i64(&mut self) -> Option<i64> {
         self.u64().map(|v| v as i64)
+    }
+    pub fn f64(&mut self) -> Option<f64> {
+        self.u64().map(f64::from_bits)
     }
     pub fn bytes(&mut self) -> Option<&'a [u8]> {
         let n = self.u32()? as usize;
