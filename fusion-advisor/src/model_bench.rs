@@ -1136,7 +1136,10 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
         let speedup = baseline.median_ms / patched.median_ms;
         let period_speedup = baseline.period_median_ms / patched.period_median_ms;
         results.push(ModeResult {
-            patched_modules: patch["modules"].as_object().map_or(0, |m| m.len()),
+            patched_modules: patch["modules"]
+                .as_object()
+                .map_or(0, |m| m.len())
+                .max(graph_rewrites(&patch) as usize),
             settings: patch["settings"]
                 .as_object()
                 .map(|m| m.keys().cloned().collect())
@@ -1251,10 +1254,22 @@ pub fn summarize(results: &[ModeResult]) -> Summary {
 /// Whether the patch layer's numerics pass: something was patched or a setting switched on,
 /// every patched module and every checked model is within tolerance, and no output has NaN.
 /// A program that trained (`trained`: the loss curves are compared) needs no model check.
+/// The graph matcher's replacements over every model the patch layer checked.
+fn graph_rewrites(patch: &serde_json::Value) -> u64 {
+    patch["models"].as_object().map_or(0, |m| {
+        m.values()
+            .filter_map(|v| v["graph_rewrites"].as_u64())
+            .sum()
+    })
+}
+
 pub fn verdict(patch: &serde_json::Value, trained: bool) -> (bool, Option<String>) {
     let switched = patch["settings"].as_object().is_some_and(|s| !s.is_empty());
+    // A compiled training step has its sites traced, not called: no module entries, only the
+    // model's check with the graph matcher's replacements.
+    let rewritten = graph_rewrites(patch) > 0;
     let modules = patch["modules"].as_object();
-    let Some(modules) = modules.filter(|m| !m.is_empty() || switched) else {
+    let Some(modules) = modules.filter(|m| !m.is_empty() || switched || rewritten) else {
         return (
             false,
             Some(
@@ -1696,6 +1711,19 @@ mod tests {
         assert!(verdict(&nan, false).1.unwrap().contains("NaN"));
         let unchecked = json!({"modules": {"M/b": {"rel_error": 3e-4, "passed": true}}});
         assert!(!verdict(&unchecked, false).0);
+        // Compiled training: no site was called, the model's check holds the replacements.
+        let compiled = json!({"modules": {}, "models": {"swin": {"rel_error": 5e-3, "passed": true,
+            "any_nan": false, "training": true, "graph_rewrites": 22}}});
+        assert_eq!(verdict(&compiled, true), (true, None));
+        let compiled_bad = json!({"modules": {}, "models": {"swin": {"rel_error": 0.4,
+            "passed": false, "any_nan": false, "graph_rewrites": 22}}});
+        assert!(!verdict(&compiled_bad, true).0);
+        let none = json!({"modules": {}, "models": {"swin": {"rel_error": 0.0, "passed": true,
+            "graph_rewrites": 0}}});
+        assert!(verdict(&none, true)
+            .1
+            .unwrap()
+            .contains("nothing was patched"));
         assert!(!verdict(&serde_json::Value::Null, false).0);
     }
 

@@ -864,6 +864,12 @@ def wrap_model(model, name):
                 state["train_checked"] = True
                 _check_training_call(model, name, original_forward, state, args, kwargs)
             return state["fast"](*args, **kwargs)
+        if model.training and _enabled and not state["train_checked"] and state["backend"] is not None:
+            # Compiled training: the sites are traced, not called, so the first call checks the
+            # compiled model's output against the model's own forward, and the loss curves the
+            # rest.
+            state["train_checked"] = True
+            _check_training_call(model, name, original_forward, state, args, kwargs)
         if _enabled and not state["checked"] and not model.training:
             state["checked"] = True
             ref = _reference(original_forward, args, kwargs)
@@ -1026,6 +1032,10 @@ def install():
 def _write_report():
     path = os.environ.get("FUSEPROF_PATCH_REPORT")
     if not path:
+        return
+    # Every process of the program writes here (torchrun's launcher, DataLoader workers, the
+    # ranks): one that never ran a model does not replace what one that did wrote.
+    if not _report["models"] and not _report["modules"] and os.path.exists(path):
         return
     _report["enabled"] = _enabled
     _report["apply"] = sorted(_apply)

@@ -1107,6 +1107,35 @@ class StepClock(unittest.TestCase):
         self.assertEqual(len(losses), 5, losses)
         self.assertEqual(losses[4], "nan")
 
+    def test_a_process_that_ran_no_model_keeps_the_report_of_one_that_did(self):
+        """torchrun's launcher imports torch and exits after its workers: its empty report must
+        not replace the one the rank that ran the model wrote."""
+        import json
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "report.json")
+            with open(path, "w") as f:
+                json.dump({"modules": {"M/attn": {"passed": True}}, "models": {"M": {}}}, f)
+            saved = {k: fp._report[k] for k in ("models", "modules")}
+            old = os.environ.get("FUSEPROF_PATCH_REPORT")
+            os.environ["FUSEPROF_PATCH_REPORT"] = path
+            try:
+                fp._report["models"], fp._report["modules"] = {}, {}
+                fp._write_report()
+                with open(path) as f:
+                    self.assertIn("M/attn", json.load(f)["modules"])
+                fp._report["models"] = {"N": {"rel_error": 0.0}}
+                fp._write_report()
+                with open(path) as f:
+                    self.assertIn("N", json.load(f)["models"])
+            finally:
+                fp._report.update(saved)
+                if old is None:
+                    os.environ.pop("FUSEPROF_PATCH_REPORT", None)
+                else:
+                    os.environ["FUSEPROF_PATCH_REPORT"] = old
+
     def test_the_nudged_run_moves_every_parameter_by_the_nudge_and_nothing_else(self):
         """FUSEPROF_NUDGE moves each floating-point parameter of the first model called by that
         relative size, up or down, once, and leaves the program's random stream as it was."""
