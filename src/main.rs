@@ -68,8 +68,9 @@ enum Command {
         every 20 us of GPU time by default; CUDA 12.6+, and counters the user may read). Each\n\
         sample is split between the kernels that ran in it by time; kernels that ran beside\n\
         others on another stream get a shared value, flagged. Sets: memory (DRAM read and\n\
-        write bytes, L2 hit rate), compute (tensor and FMA pipe activity, warps active), all\n\
-        (both, as far as one pass allows), or metric names separated by commas. Where the GPU,\n\
+        write bytes), or counter names ending in .sum separated by commas (the pipe and\n\
+        occupancy percentages are not offered: sampling them crashed the traced process on an\n\
+        H200). Where the GPU,\n\
         driver or another profiler refuses, one line says why and the trace is still written.\n\n\
         Child processes (DataLoader workers, torchrun ranks, scripts that start python) are\n\
         traced into the same run. The tracer library libfuseprof_tracer.so is looked for in\n\

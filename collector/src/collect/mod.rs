@@ -169,12 +169,30 @@ impl FromStr for Metrics {
     type Err = CollectError;
     fn from_str(s: &str) -> Result<Self, CollectError> {
         let named = s.split(',').all(|n| n.trim().contains("__"));
+        // Ratio and pipe metrics (the compute set, percentages) crashed the traced process in
+        // CUPTI's PM sampling decode on an H200 (driver 580.159.04, CUPTI 2025.3.1): a user's
+        // program must never die of being traced, so only counts (`.sum`) are sampled until
+        // that is understood.
+        let counts = named && s.split(',').all(|n| n.trim().ends_with(".sum"));
         match s {
-            "memory" | "compute" | "all" => {}
-            _ if named => {}
+            "memory" => {}
+            "compute" | "all" => {
+                return Err(CollectError::BadOption(format!(
+                    "--metrics {s}: the pipe and occupancy counters are not offered: sampling \
+                     them crashed the traced process on an H200 (CUPTI 2025.3.1); use memory, \
+                     or counts by name (dram__bytes_read.sum, ...)"
+                )))
+            }
+            _ if counts => {}
+            _ if named => {
+                return Err(CollectError::BadOption(format!(
+                    "--metrics {s}: only counts (names ending in .sum) are sampled: ratios \
+                     and percentages crashed the traced process on an H200 (CUPTI 2025.3.1)"
+                )))
+            }
             _ => {
                 return Err(CollectError::BadOption(format!(
-                    "--metrics {s}: expected memory, compute, all, or metric names such as \
+                    "--metrics {s}: expected memory, or counter names such as \
                      dram__bytes_read.sum separated by commas"
                 )))
             }
@@ -582,4 +600,28 @@ pub fn ingest_spool_dir_with_warnings(
         fuseprof_store::record_counters(output, &report.counter_metrics, &report.counter_samples)?;
     }
     Ok((counts, report.warnings))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_take_memory_and_counts_and_refuse_the_rest_by_name() {
+        assert_eq!("memory".parse::<Metrics>().unwrap().set, "memory");
+        let named: Metrics = "dram__bytes_read.sum, dram__bytes_write.sum"
+            .parse()
+            .unwrap();
+        assert_eq!(named.set, "dram__bytes_read.sum, dram__bytes_write.sum");
+        for refused in [
+            "compute",
+            "all",
+            "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed",
+        ] {
+            let e = refused.parse::<Metrics>().unwrap_err().to_string();
+            assert!(e.contains(refused) && e.contains("crashed"), "{e}");
+        }
+        let e = "bogus".parse::<Metrics>().unwrap_err().to_string();
+        assert!(e.contains("expected memory"), "{e}");
+    }
 }
