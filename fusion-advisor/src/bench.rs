@@ -334,9 +334,13 @@ pub fn bench_advice(run: &Path, advice: &Advice, cfg: &BenchConfig) -> Result<Be
     Ok(report)
 }
 
+/// A folder of this call's own: the process id and a count, so that two benches of one process
+/// (threads, tests) never share one and neither removes the other's files.
 fn tempdir() -> Result<PathBuf> {
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let base = std::env::temp_dir();
-    let dir = base.join(format!("fuseprof-bench-{}", std::process::id()));
+    let dir = base.join(format!("fuseprof-bench-{}-{call}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(io(&dir))?;
     Ok(dir)
 }
