@@ -32,10 +32,11 @@ use crate::Tracer;
 const DEFAULT_INTERVAL_NS: u64 = 20_000;
 /// How often the buffer is decoded.
 const DECODE_PERIOD: Duration = Duration::from_millis(20);
-/// The hardware buffer CUPTI samples into between decodes.
-const HW_BUFFER_BYTES: usize = 128 << 20;
+/// The hardware buffer CUPTI samples into between decodes (64 MB and 1024 samples a decode are
+/// what PyTorch's own profiler configures).
+const HW_BUFFER_BYTES: usize = 64 << 20;
 /// Samples one decode takes at most (more wait for the next round of the same decode).
-const MAX_SAMPLES_PER_DECODE: u32 = 4096;
+const MAX_SAMPLES_PER_DECODE: u32 = 1024;
 /// How long the exit flush waits for the final decode.
 const FINAL_DECODE_WAIT: Duration = Duration::from_secs(3);
 
@@ -147,8 +148,6 @@ struct Device {
     sampler: *mut sys::CUpti_PmSampling_Object,
     names: Vec<CString>,
     image: Vec<u8>,
-    /// The image as initialised, copied back after each decode (cheaper than initialising).
-    blank: Vec<u8>,
     samples: u64,
     overflowed: bool,
 }
@@ -763,19 +762,7 @@ fn set_up(
     )
     .map_err(disable)?;
     let mut image = vec![0u8; sz.counterDataSize];
-    let mut init = params!(
-        CUpti_PmSampling_CounterDataImage_Initialize_Params,
-        pCounterData
-    );
-    init.pPmSamplingObject = sampler;
-    init.counterDataSize = image.len();
-    init.pCounterData = image.as_mut_ptr();
-    // SAFETY: the image has the size CUPTI gave.
-    check(
-        unsafe { sys::cuptiPmSamplingCounterDataImageInitialize(&mut init) },
-        "cuptiPmSamplingCounterDataImageInitialize",
-    )
-    .map_err(disable)?;
+    init_image(sampler, &mut image).map_err(disable)?;
     for (i, (name, (quantity, kind, unit, scale))) in
         chosen.names.iter().zip(&chosen.meta).enumerate()
     {
@@ -822,11 +809,26 @@ fn set_up(
         host,
         sampler,
         names: chosen.names,
-        blank: image.clone(),
         image,
         samples: 0,
         overflowed: false,
     })
+}
+
+/// Initializes a counter data image (at set-up, and after each decode has been read).
+fn init_image(sampler: *mut sys::CUpti_PmSampling_Object, image: &mut [u8]) -> Result<(), String> {
+    let mut init = params!(
+        CUpti_PmSampling_CounterDataImage_Initialize_Params,
+        pCounterData
+    );
+    init.pPmSamplingObject = sampler;
+    init.counterDataSize = image.len();
+    init.pCounterData = image.as_mut_ptr();
+    // SAFETY: the image has the size CUPTI gave for this sampler.
+    check(
+        unsafe { sys::cuptiPmSamplingCounterDataImageInitialize(&mut init) },
+        "cuptiPmSamplingCounterDataImageInitialize",
+    )
 }
 
 /// `cuptiDeviceGetTimestamp(context, *timestamp)`: the device's clock. CUDA 13's headers
@@ -930,7 +932,12 @@ fn decode(t: &'static Tracer, d: &mut Device) {
         if completed > 0 {
             spool_samples(t, d, completed);
         }
-        d.image.copy_from_slice(&d.blank);
+        // The image is initialized afresh by CUPTI (not restored from a copy: it may hold
+        // state of the sampler's own).
+        if let Err(e) = init_image(d.sampler, &mut d.image) {
+            status(t, 1, &format!("PM sampling on device {}: {e}", d.ordinal));
+            return;
+        }
         // 2: END_OF_RECORDS; 1: the image filled up first, so go on.
         if stop != 1 {
             return;
