@@ -447,7 +447,60 @@ pub struct SettingChoice {
     /// The patch layer's switch (`python/patch/fuseprof_settings.py`), when it has one.
     pub switch: Option<String>,
     pub why_not: Option<String>,
+    /// advise's estimate (0 for a setting named with `--apply`, which advise did not estimate).
     pub expected_saving_us_per_step: f64,
+    /// Named with `--apply` rather than found by advise.
+    #[serde(default)]
+    pub named: bool,
+    /// The setting switched on alone, against the baseline (first mode, one run, where other
+    /// settings or kernels were applied with it); None where not measured alone.
+    #[serde(default)]
+    pub measured: Option<SettingMeasured>,
+}
+
+/// One setting's run on its own.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SettingMeasured {
+    /// The mode it ran in.
+    pub mode: String,
+    /// The timed loop's ms per step with the setting alone, and the baseline's (median of its
+    /// rounds).
+    pub alone_ms: f64,
+    pub baseline_ms: f64,
+    /// `(baseline_ms - alone_ms)` in us per step.
+    pub saving_us_per_step: f64,
+}
+
+/// The settings to run alone: each switched setting, where more than one thing is applied (a
+/// setting applied alone is the mode's own comparison). Named settings not among advise's get
+/// an entry of their own.
+fn settings_to_measure_alone(choice: &mut Choice) -> Vec<String> {
+    for a in &choice.apply {
+        if SETTING_SWITCHES.contains(&a.as_str())
+            && !choice
+                .settings
+                .iter()
+                .any(|s| s.switch.as_deref() == Some(a))
+        {
+            choice.settings.push(SettingChoice {
+                id: a.clone(),
+                switch: Some(a.clone()),
+                why_not: None,
+                expected_saving_us_per_step: 0.0,
+                named: true,
+                measured: None,
+            });
+        }
+    }
+    if choice.apply.len() < 2 {
+        return Vec::new();
+    }
+    choice
+        .settings
+        .iter()
+        .filter_map(|s| s.switch.clone())
+        .filter(|sw| choice.apply.contains(sw))
+        .collect()
 }
 
 /// The patch layer's settings switches (`SETTINGS` in `python/patch/fuseprof_settings.py`):
@@ -488,6 +541,8 @@ fn choose_settings(settings: &[crate::Setting]) -> Vec<SettingChoice> {
                 switch: switch.ok().map(str::to_string),
                 why_not: switch.err().map(str::to_string),
                 expected_saving_us_per_step: s.saving_ns_per_step / 1e3,
+                named: false,
+                measured: None,
             }
         })
         .collect()
@@ -979,7 +1034,7 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
     let mut runs = Vec::new();
     // The step ranges' text where the program annotates its steps, from the advise run.
     let mut step_name: Option<String> = None;
-    let choice = match &cfg.apply {
+    let mut choice = match &cfg.apply {
         Some(named) => Choice {
             apply: named.clone(),
             named: true,
@@ -995,6 +1050,7 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
             choice
         }
     };
+    let alone = settings_to_measure_alone(&mut choice);
     let rounds = cfg.rounds.max(1);
     let mut results = Vec::new();
     let mut first_patch = serde_json::Value::Null;
@@ -1067,6 +1123,36 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
             }
         }
         if index == 0 {
+            // Each setting alone, once, so that its saving shows beside advise's estimate.
+            for sw in &alone {
+                progress.set_message(format!("{}: {sw} alone", mode.label()));
+                let prefix = steps_prefix(&dir, &format!("m{index}-alone-{sw}"));
+                let mut env = common.clone();
+                env.push(("FUSEPROF_PATCH".into(), "1".into()));
+                env.push(("FUSEPROF_PATCH_APPLY".into(), sw.into()));
+                env.push(("FUSEPROF_STEPS_REPORT".into(), prefix.clone().into()));
+                traced.run_plain(env, &format!("{sw} alone ({})", mode.label()))?;
+                let steps = crate::steps::find_in_files(&prefix)
+                    .map_err(|why| Error::Bench(format!("{sw} alone ({}): {why}", mode.label())))?;
+                let baseline_ms = median(
+                    &base_ms
+                        .iter()
+                        .map(|s| s.wall_per_step_ms())
+                        .collect::<Vec<_>>(),
+                );
+                if let Some(st) = choice
+                    .settings
+                    .iter_mut()
+                    .find(|s| s.switch.as_deref() == Some(sw.as_str()))
+                {
+                    st.measured = Some(SettingMeasured {
+                        mode: mode.label(),
+                        alone_ms: steps.wall_per_step_ms(),
+                        baseline_ms,
+                        saving_us_per_step: (baseline_ms - steps.wall_per_step_ms()) * 1e3,
+                    });
+                }
+            }
             // One more pass per side with op ranges, for the per-op diff (op annotation costs
             // host time, so these runs are not timed).
             progress.set_message(format!("{}: the passes with op ranges", mode.label()));
@@ -1403,14 +1489,25 @@ fn render_choice(o: &mut String, c: &Choice, replaced: bool, found: &[String]) {
         }
     }
     for st in &c.settings {
+        let expected = if st.named {
+            format!("{:<28}", "setting, named")
+        } else {
+            format!(
+                "setting, expected {:>+9.1}",
+                -st.expected_saving_us_per_step
+            )
+        };
         let _ = writeln!(
             o,
-            "  {:<18} setting, expected {:>+9.1} us per step  {}",
+            "  {:<18} {expected} us per step  {}",
             st.id,
-            -st.expected_saving_us_per_step,
-            match (&st.switch, &st.why_not) {
-                (Some(sw), _) => format!("switched on ({sw}), measured with the rest"),
-                (None, why) => format!("not switched: {}", why.as_deref().unwrap_or("")),
+            match (&st.switch, &st.why_not, &st.measured) {
+                (Some(sw), _, Some(m)) => format!(
+                    "switched on ({sw}); alone: {:+.1} us per step ({:.3} -> {:.3} ms, {}, one run)",
+                    -m.saving_us_per_step, m.baseline_ms, m.alone_ms, m.mode
+                ),
+                (Some(sw), _, None) => format!("switched on ({sw}), measured with the rest"),
+                (None, why, _) => format!("not switched: {}", why.as_deref().unwrap_or("")),
             }
         );
     }
@@ -1766,12 +1863,21 @@ mod tests {
                     switch: Some("fused_optimizer".into()),
                     why_not: None,
                     expected_saving_us_per_step: 755.0,
+                    named: false,
+                    measured: Some(SettingMeasured {
+                        mode: "eager".into(),
+                        alone_ms: 82.0,
+                        baseline_ms: 83.0,
+                        saving_us_per_step: 1000.0,
+                    }),
                 },
                 SettingChoice {
                     id: "sync-in-step".into(),
                     switch: None,
                     why_not: Some("a change to the program's code".into()),
                     expected_saving_us_per_step: 120.0,
+                    named: false,
+                    measured: None,
                 },
             ],
         };
@@ -1805,6 +1911,10 @@ mod tests {
             "{o}"
         );
         assert!(o.contains("sync-in-step       setting, expected    -120.0 us per step  not switched: a change"), "{o}");
+        assert!(
+            o.contains("alone: -1000.0 us per step (83.000 -> 82.000 ms, eager, one run)"),
+            "{o}"
+        );
         let named = Choice { named: true, ..c };
         let mut o = String::new();
         render_choice(&mut o, &named, true, &[]);
@@ -1879,6 +1989,47 @@ mod tests {
             numerics_problem: None,
             losses: None,
         }
+    }
+
+    #[test]
+    fn settings_run_alone_only_beside_something_else() {
+        let mut one = choose(&[]);
+        one.apply = vec!["autocast_bf16".into()];
+        assert!(settings_to_measure_alone(&mut one).is_empty());
+        // Named, it gets an entry of its own, not estimated.
+        assert_eq!(one.settings.len(), 1);
+        assert!(one.settings[0].named);
+        let mut two = choose(&[]);
+        two.apply = vec![
+            "autocast_bf16".into(),
+            "fused_optimizer".into(),
+            "window_attention".into(),
+        ];
+        assert_eq!(
+            settings_to_measure_alone(&mut two),
+            vec!["autocast_bf16".to_string(), "fused_optimizer".to_string()]
+        );
+        // An advised setting is not added twice.
+        let mut advised = choose(&[]);
+        advised.settings = choose_settings(&[crate::Setting {
+            id: "precision-bf16".into(),
+            title: String::new(),
+            current_ns_per_step: 2e6,
+            expected_ns_per_step: 1e6,
+            saving_ns_per_step: 1e6,
+            saving_pct_of_step: 10.0,
+            estimate: String::new(),
+            evidence: Vec::new(),
+            change: String::new(),
+            rank: 1,
+        }]);
+        advised.apply = vec!["autocast_bf16".into(), "window_attention".into()];
+        assert_eq!(
+            settings_to_measure_alone(&mut advised),
+            vec!["autocast_bf16".to_string()]
+        );
+        assert_eq!(advised.settings.len(), 1);
+        assert!(!advised.settings[0].named);
     }
 
     #[test]
