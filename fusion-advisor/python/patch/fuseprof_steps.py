@@ -12,8 +12,8 @@ recorded here:
   - the value of every one-element tensor the program calls `.backward()` on (its loss, scaled
     as the program scales it), the first MAX_LOSSES of them: the two sides' loss curves.
 With FUSEPROF_NUDGE set (a relative size, bench uses half a bf16 rounding, 2^-9), every
-floating-point parameter of the first model the program calls is moved up or down by that much
-before its first call (each element's direction drawn from a generator of its own, so the
+floating-point parameter of each model the program calls is moved up or down by that much
+before that model's first call (once per parameter) (each element's direction drawn from a generator of its own, so the
 program's random stream is untouched): the one case where the clock changes what the program
 computes, asked for by bench to see how far this loop's loss moves under rounding-sized changes.
 
@@ -89,14 +89,19 @@ def _model_of(module):
     return i
 
 
+_nudged_modules = set()
+_nudged_params = set()
+
+
 def nudge(module, size):
-    """Every floating-point parameter of module moved by `size` relative, up or down at random
-    (a generator of its own, seeded 0), in place and outside autograd."""
+    """Every floating-point parameter of module not moved before, moved by `size` relative, up or
+    down at random (a generator of its own, seeded 0), in place and outside autograd."""
     gens = {}
     with torch.no_grad():
         for p in module.parameters():
-            if not p.is_floating_point() or p.numel() == 0:
+            if not p.is_floating_point() or p.numel() == 0 or id(p) in _nudged_params:
                 continue
+            _nudged_params.add(id(p))
             gen = gens.get(p.device)
             if gen is None:
                 gen = gens[p.device] = torch.Generator(device=p.device).manual_seed(0)
@@ -120,9 +125,9 @@ def install():
             return original_call(self, *args, **kwargs)
         _state["depth"] = 1
         try:
-            if _state.get("nudge"):
-                size, _state["nudge"] = _state["nudge"], None
-                nudge(self, size)
+            if _state.get("nudge") and id(self) not in _nudged_modules:
+                _nudged_modules.add(id(self))
+                nudge(self, _state["nudge"])
             row = [_model_of(self), time.perf_counter_ns(), None, _event(), None]
             try:
                 return original_call(self, *args, **kwargs)
