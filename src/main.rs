@@ -254,10 +254,16 @@ enum Command {
         /// proposal's shapes; a pattern whose chains ran faster, all within tolerance, is
         /// applied, with the settings advise found that the patch layer can switch). `default`
         /// names every exact replacement the patch layer knows; the settings autocast_bf16,
-        /// tf32, fused_optimizer, cudnn_benchmark and channels_last switch the program's own
-        /// settings without editing it (numerics then checked against float32, wider).
+        /// tf32, fused_optimizer, cudnn_benchmark, channels_last and sdpa_cudnn switch the
+        /// program's own settings without editing it (numerics then checked against float32,
+        /// wider, where the precision drops).
         #[arg(long, requires = "command", value_delimiter = ',')]
         apply: Vec<String>,
+        /// With a command: settings both sides run with, comma-separated, so that the baseline
+        /// is the one a user would pick: sdpa_cudnn (PyTorch's attention on cuDNN first), tf32,
+        /// cudnn_benchmark, ... The patched side adds --apply to them.
+        #[arg(long, requires = "command", value_delimiter = ',')]
+        baseline: Vec<String>,
         /// With a command: keep the runs of both sides in this folder.
         #[arg(long, requires = "command")]
         keep: Option<PathBuf>,
@@ -711,15 +717,26 @@ fn run(command: Command) -> Result<ExitCode> {
             python,
             modes,
             apply,
+            baseline,
             keep,
             json,
             command,
         } => {
             if !command.is_empty() {
+                if let Some(bad) = baseline
+                    .iter()
+                    .find(|b| !model_bench::SETTING_SWITCHES.contains(&b.as_str()))
+                {
+                    anyhow::bail!(
+                        "--baseline {bad}: expected settings among {}",
+                        model_bench::SETTING_SWITCHES.join(", ")
+                    );
+                }
                 let cfg = ModelBenchConfig {
                     command,
                     rounds,
                     modes,
+                    both: baseline,
                     apply: (!apply.is_empty()).then_some(apply),
                     keep,
                     kernels_lib: None,

@@ -151,6 +151,7 @@ fn bad_input_gets_one_line_and_a_failing_exit_code() {
             "--",
             "true",
         ],
+        vec!["bench", "--baseline", "sdpa_cudnn,fast_sdpa", "--", "true"],
     ] {
         let o = fuseprof(&args);
         assert_eq!(o.status.code(), Some(1), "{args:?}");

@@ -91,6 +91,9 @@ pub struct ModelBenchConfig {
     pub modes: Vec<Mode>,
     /// The patch layer's patterns to apply (None: the advised ones, see [`choose`]).
     pub apply: Option<Vec<String>>,
+    /// Settings both sides run with (`--baseline`): the baseline a user would pick, such as
+    /// PyTorch's attention on cuDNN first (`sdpa_cudnn`); the patched side adds its own to them.
+    pub both: Vec<String>,
     /// Keep the runs here (None: a temporary folder, removed at the end).
     pub keep: Option<PathBuf>,
     pub kernels_lib: Option<PathBuf>,
@@ -505,12 +508,13 @@ fn settings_to_measure_alone(choice: &mut Choice) -> Vec<String> {
 
 /// The patch layer's settings switches (`SETTINGS` in `python/patch/fuseprof_settings.py`):
 /// named with `--apply`, or taken from advise's settings.
-pub const SETTING_SWITCHES: [&str; 5] = [
+pub const SETTING_SWITCHES: [&str; 6] = [
     "autocast_bf16",
     "tf32",
     "fused_optimizer",
     "cudnn_benchmark",
     "channels_last",
+    "sdpa_cudnn",
 ];
 
 /// Switches that lower the precision the model computes in: its numerics are checked against
@@ -680,6 +684,8 @@ pub struct ModelBenchReport {
     /// What the patch layer patched and left alone, and its numerics, in the first mode (JSON,
     /// see fuseprof_patch).
     pub patch: serde_json::Value,
+    /// The settings both sides ran with ([`ModelBenchConfig::both`]).
+    pub both: Vec<String>,
     /// Every mode's numerics passed.
     pub numerics_passed: bool,
     /// Why not, when not.
@@ -1060,6 +1066,9 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
         let report_path = dir.join(format!("patch-report-{index}.json"));
         let mut common: Vec<(OsString, OsString)> =
             vec![("FUSEPROF_KERNELS_LIB".into(), lib.clone().into_os_string())];
+        if !cfg.both.is_empty() {
+            common.push(("FUSEPROF_SETTINGS".into(), cfg.both.join(",").into()));
+        }
         if let Some(m) = &mode.compile {
             common.push(("FUSEPROF_COMPILE".into(), m.into()));
         }
@@ -1268,6 +1277,7 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
         diff: diff.expect("the first mode made the diff"),
         diff_inside: step_name,
         patch: first_patch,
+        both: cfg.both.clone(),
         runs: if work.keep { runs } else { Vec::new() },
     };
     drop(work);
@@ -1539,6 +1549,14 @@ pub fn render(r: &ModelBenchReport, top: usize) -> String {
          process without the tracer, timed by fuseprof's step clock in the program)",
         r.command,
     );
+    if !r.both.is_empty() {
+        let _ = writeln!(
+            o,
+            "both sides run with: {} (the baseline a user would pick; the patched side adds \
+             its own)",
+            r.both.join(", ")
+        );
+    }
     if let Some(s) = r.modes.first().and_then(|m| m.baseline.steps.first()) {
         let _ = writeln!(
             o,

@@ -98,6 +98,14 @@ def _parse_apply(text):
 
 _apply = _parse_apply(os.environ.get("FUSEPROF_PATCH_APPLY", "default"))
 _enabled = os.environ.get("FUSEPROF_PATCH", "") == "1"
+# Settings both sides run with (`bench --baseline`, FUSEPROF_SETTINGS): part of the baseline,
+# so switched on whether or not the layer patches.
+_both = {s.strip() for s in os.environ.get("FUSEPROF_SETTINGS", "").split(",") if s.strip() in settings.SETTINGS}
+
+
+def _settings_names():
+    """The settings this process switches on: the patched side's own and both sides'."""
+    return (_apply if _enabled else set()) | _both
 # Set for the duration of each wrapped model's forward (wrap_model): what per-forward reuse
 # (BERT's converted key-padding mask) is keyed on.
 _forward_token = None
@@ -827,8 +835,8 @@ def wrap_model(model, name):
         object.__setattr__(m, "_fuseprof_name", f"{type(model).__name__}/{path}" if path else type(model).__name__)
     compile_mode = os.environ.get("FUSEPROF_COMPILE", "")
     graphs = os.environ.get("FUSEPROF_CUDA_GRAPHS", "") == "1"
-    if _enabled:
-        settings.prepare(model, _apply)
+    if _settings_names():
+        settings.prepare(model, _settings_names())
     original_forward = model.forward
     state = {"checked": False, "train_checked": False, "fast": None, "backend": None}
 
@@ -839,8 +847,9 @@ def wrap_model(model, name):
         outer = _forward_token
         _forward_token = object()
         try:
-            if _enabled:
-                return settings.call(model, checked_forward, _apply, args, kwargs)
+            names = _settings_names()
+            if names:
+                return settings.call(model, checked_forward, names, args, kwargs)
             return checked_forward(*args, **kwargs)
         finally:
             _forward_token = outer
@@ -1013,8 +1022,8 @@ def _patch_torch(_torch):
 
     __call__._fuseprof_models = True
     torch.nn.Module.__call__ = __call__
-    if _enabled:
-        settings.install(_apply, _left_alone)
+    if _settings_names():
+        settings.install(_settings_names(), _left_alone)
     _patch_linear()
     _patch_sdpa()
 
@@ -1039,7 +1048,9 @@ def _write_report():
         return
     _report["enabled"] = _enabled
     _report["apply"] = sorted(_apply)
-    _report["settings"] = settings.applied()
+    # Both sides' settings are part of the baseline, not something the patched side changed.
+    _report["settings"] = {k: v for k, v in settings.applied().items() if k not in _both}
+    _report["baseline_settings"] = {k: v for k, v in settings.applied().items() if k in _both}
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:
         json.dump(_report, f, indent=1)

@@ -10,6 +10,12 @@ unmodified program by `fuseprof bench --apply NAME` on the patched side (FUSEPRO
   cudnn_benchmark  torch.backends.cudnn.benchmark = True
   channels_last    each wrapped model, and the 4-D floating tensors it is called with, in the
                    channels-last memory format
+  sdpa_cudnn       each wrapped model's forward with PyTorch's scaled_dot_product_attention
+                   trying its cuDNN backend first (then flash, memory-efficient, math): the
+                   attention a user on Hopper would pick, as a baseline (`bench --baseline`)
+
+`bench --baseline NAMES` (FUSEPROF_SETTINGS) switches settings on both sides, the patch layer
+loaded on the baseline side for them alone.
 
 Mixed precision changes results more than a fused kernel does: a model run under autocast_bf16
 is checked against its float32 self with PRECISION_TOLERANCE, and the report says so.
@@ -18,7 +24,7 @@ import torch
 
 # Devices whose models autocast_bf16 applies to (the tests add "cpu").
 DEVICES = {"cuda"}
-SETTINGS = ("autocast_bf16", "tf32", "fused_optimizer", "cudnn_benchmark", "channels_last")
+SETTINGS = ("autocast_bf16", "tf32", "fused_optimizer", "cudnn_benchmark", "channels_last", "sdpa_cudnn")
 # ||bf16 autocast - float32|| / ||float32|| a model's output may reach: bf16 keeps 8 bits of
 # mantissa (a relative rounding of 2^-9 per op), which a deep network's output accumulates to
 # a few 1e-3 up to 1e-2; twice that, with headroom, while a wrong result lies near 1.
@@ -92,8 +98,28 @@ def prepare(model, names):
         _applied["channels_last"] = "model.to(memory_format=torch.channels_last) and its 4-D inputs"
 
 
+def _sdpa_cudnn_first():
+    """A context in which scaled_dot_product_attention tries cuDNN first, or None where this
+    torch cannot say so."""
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        order = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
+                 SDPBackend.MATH]
+        return sdpa_kernel(order, set_priority=True)
+    except (ImportError, AttributeError, TypeError):
+        return None
+
+
 def call(model, forward, names, args, kwargs):
     """forward(*args, **kwargs) with the per-call settings among `names`."""
+    if "sdpa_cudnn" in names:
+        ctx = _sdpa_cudnn_first()
+        if ctx is not None:
+            _applied["sdpa_cudnn"] = "torch.nn.attention.sdpa_kernel([CUDNN_ATTENTION, FLASH_ATTENTION, " \
+                                     "EFFICIENT_ATTENTION, MATH], set_priority=True) around the model's forward"
+            with ctx:
+                return call(model, forward, set(names) - {"sdpa_cudnn"}, args, kwargs)
     if "channels_last" in names:
         def to_nhwc(t):
             if torch.is_tensor(t) and t.dim() == 4 and t.is_floating_point():

@@ -81,7 +81,8 @@ def _patcher(name):
 
 _chain_previous_sitecustomize()
 _on_import = {}  # module name -> what runs when it has been imported
-if any(os.environ.get(v) for v in ("FUSEPROF_PATCH", "FUSEPROF_COMPILE", "FUSEPROF_CUDA_GRAPHS")):
+if any(os.environ.get(v) for v in ("FUSEPROF_PATCH", "FUSEPROF_COMPILE", "FUSEPROF_CUDA_GRAPHS",
+                                   "FUSEPROF_SETTINGS")):
     _on_import.update({name: [_patcher(fn)] for name, fn in PATCHERS.items()})
 if os.environ.get("FUSEPROF_STEPS_REPORT"):
     _on_import.setdefault("torch", []).insert(0, _install_steps)

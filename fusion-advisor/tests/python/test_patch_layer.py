@@ -8,7 +8,9 @@ definitions the CUDA kernels are checked against; the patched module's output is
 with the original module's, as on the GPU.
 """
 import copy
+import json
 import os
+import tempfile
 import unittest
 
 os.environ["FUSEPROF_PATCH"] = "1"
@@ -963,6 +965,55 @@ class Settings(unittest.TestCase):
         settings.DEVICES.add("cpu")
         self.addCleanup(settings.DEVICES.discard, "cpu")
         self.addCleanup(fp.configure, apply=fp._parse_apply("default"))
+
+    def test_sdpa_cudnn_puts_cudnn_first_for_the_forward_on_both_sides(self):
+        """sdpa_cudnn: the model's forward sees cuDNN first in SDPA's priority order, and the
+        order is restored after; named in FUSEPROF_SETTINGS it applies on the baseline side
+        (the layer not patching) and is reported as the baseline's, not the patched side's."""
+        cudnn = int(torch.nn.attention.SDPBackend.CUDNN_ATTENTION)
+        seen = []
+
+        class Attn(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.proj = torch.nn.Linear(8, 8)
+
+            def forward(self, x):
+                seen.append(torch._C._get_sdp_priority_order()[0])
+                return F.scaled_dot_product_attention(x, x, self.proj(x))
+
+        before = torch._C._get_sdp_priority_order()
+        fp.configure(enabled=False)
+        self.addCleanup(fp.configure, enabled=True)
+        old = fp._both
+        fp._both = {"sdpa_cudnn"}
+        self.addCleanup(setattr, fp, "_both", old)
+        model = fp.wrap_model(Attn().eval(), "attn")
+        with torch.no_grad():
+            out = model(torch.randn(1, 2, 5, 8))
+        self.assertEqual(out.shape, (1, 2, 5, 8))
+        self.assertEqual(seen, [cudnn])
+        self.assertEqual(torch._C._get_sdp_priority_order(), before)
+        self.assertIn("sdpa_cudnn", settings.applied())
+        # The baseline's setting is not something the patched side switched.
+        fp.configure(enabled=True)
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "r.json")
+            old_env = os.environ.get("FUSEPROF_PATCH_REPORT")
+            os.environ["FUSEPROF_PATCH_REPORT"] = path
+            fp._report["models"]["attn"] = {"rel_error": 0.0}
+            try:
+                fp._write_report()
+            finally:
+                fp._report["models"].pop("attn", None)
+                if old_env is None:
+                    os.environ.pop("FUSEPROF_PATCH_REPORT")
+                else:
+                    os.environ["FUSEPROF_PATCH_REPORT"] = old_env
+            with open(path) as f:
+                written = json.load(f)
+        self.assertNotIn("sdpa_cudnn", written["settings"])
+        self.assertIn("sdpa_cudnn", written["baseline_settings"])
 
     def test_autocast_runs_the_forward_in_bf16_checked_against_float32(self):
         fp.configure(apply={"autocast_bf16"})
