@@ -287,6 +287,10 @@ pub struct HeadroomRow {
     /// `max(0, gpu_ns - floor_ns)`.
     pub headroom_ns: i64,
     pub assumptions: Vec<String>,
+    /// What the hardware counters measured for this op type and shape's kernels (runs
+    /// recorded with `collect --metrics`; absent otherwise): DRAM bytes against `bytes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured: Option<measured::MeasuredGroup>,
 }
 
 /// Logs how long the phase that ends now took (`FUSEPROF_LOG=fuseprof_analyzer=debug`) and
@@ -718,6 +722,25 @@ pub(crate) fn analyze_loaded(
             unknown.join(", ")
         ));
     }
+    // The counters each kernel execution measured, summed per op type and shape.
+    let counter_rows = store.named_kernel_counters()?;
+    let mut shape_measured: FxMap<(u32, u32, u32), measured::MeasuredGroup> = FxMap::default();
+    if !counter_rows.is_empty() {
+        let per = measured::per_record(&counter_rows);
+        for it in items.iter().filter(|it| it.kind() == KIND_KERNEL) {
+            if it.owner == NONE {
+                continue;
+            }
+            let key = (devices[it.device as usize], it.start_ns, it.dur_ns);
+            if let Some(c) = per.get(&key) {
+                let r = &tree.ranges[it.owner as usize];
+                shape_measured
+                    .entry((r.name, r.dims, r.types))
+                    .or_default()
+                    .add(c, it.dur_ns);
+            }
+        }
+    }
     let mut hrows = Vec::new();
     for (&(name, dims, types), a) in &acc.by_shape {
         if name == NONE || dims == NONE {
@@ -795,6 +818,9 @@ pub(crate) fn analyze_loaded(
             floor_ns,
             headroom_ns: (a.ns - floor_ns).max(0),
             assumptions,
+            measured: shape_measured
+                .remove(&(name, dims, types))
+                .map(|g| g.finish(Some(ceiling.mem_bytes_per_s))),
         });
     }
     hrows.sort_by(|a, b| {
@@ -816,7 +842,7 @@ pub(crate) fn analyze_loaded(
     lap(&mut clock, "headroom");
 
     // 8. What the hardware counters measured (whole run).
-    let measured = measured::measure(&store.named_kernel_counters()?, &device_rows);
+    let measured = measured::measure(&counter_rows, &device_rows);
 
     // 9. The step's floor.
     let floor = floor::from_tree(

@@ -14,7 +14,7 @@ use crate::{
 };
 
 /// One GPU record launched by an op instance (or an op nested in it).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct GpuRecord {
     /// Kernel name (copies: `Memcpy HtoD`, fills: `Memset`), an index into
     /// [`OpTrace::kernel_names`].
@@ -24,6 +24,9 @@ pub struct GpuRecord {
     /// The innermost op that launched it (`aten::_cudnn_attention_forward`), an index into
     /// [`OpTrace::kernel_names`] like `name`.
     pub launched_by: u32,
+    /// What the hardware counters measured for this kernel (runs recorded with
+    /// `collect --metrics`; None otherwise, and for copies and fills).
+    pub counters: Option<crate::measured::RecordCounters>,
 }
 
 /// One outermost op instance.
@@ -326,6 +329,8 @@ pub fn op_trace(store: &mut Store, cfg: &AnalyzeConfig) -> Result<OpTrace> {
     let mut gpu_ns = 0;
     let mut items = loaded.items.clone();
     items.sort_by_key(|it| (it.launch_ns, it.start_ns));
+    // Each kernel's counters, found by (device, start, duration); empty without counters.
+    let counters = crate::measured::per_record(&store.named_kernel_counters()?);
     let mut hint = 0;
     for it in &items {
         if in_scope(it.launch_ns, &mut hint).is_none() {
@@ -355,6 +360,12 @@ pub fn op_trace(store: &mut Store, cfg: &AnalyzeConfig) -> Result<OpTrace> {
             class: it.class,
             dur_ns: it.dur_ns,
             launched_by,
+            counters: (it.kind() == crate::attribution::KIND_KERNEL)
+                .then(|| {
+                    counters.get(&(loaded.devices[it.device as usize], it.start_ns, it.dur_ns))
+                })
+                .flatten()
+                .copied(),
         });
     }
     lap(&mut clock, "op trace");

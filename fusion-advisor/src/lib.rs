@@ -14,7 +14,8 @@
 //!     dims: Some(serde_json::from_str(dims).unwrap()), dtypes: Some(vec!["c10::Half".into()]),
 //!     module: None, step: None, gpu_ns: 50_000,
 //!     records: vec![fuseprof_analyzer::GpuRecord {
-//!         name: 0, class: fuseprof_analyzer::Class::Gemm, dur_ns: 50_000, launched_by: 0 }],
+//!         name: 0, class: fuseprof_analyzer::Class::Gemm, dur_ns: 50_000, launched_by: 0,
+//!         counters: None }],
 //! };
 //! let trace = OpTrace {
 //!     file: "run.sqlite".into(), source_format: "cupti".into(), devices: vec![],
@@ -32,6 +33,7 @@
 
 pub mod bench;
 mod chain;
+pub mod counters;
 mod error;
 pub mod estimate;
 pub mod model_bench;
@@ -50,6 +52,7 @@ use fuseprof_analyzer::{AnalyzeConfig, OpInstance, OpTrace};
 use serde::{Deserialize, Serialize};
 
 pub use bench::Measured;
+pub use counters::CounterCheck;
 pub use error::{Error, Result};
 pub use estimate::{Expected, Kernel};
 pub use render::render_text;
@@ -223,6 +226,10 @@ pub struct Proposal {
     pub params: BTreeMap<String, i64>,
     /// `bench`'s result, where the store has one.
     pub measured: Option<Measured>,
+    /// The hardware counters' check of the estimate (runs recorded with `collect --metrics`;
+    /// absent otherwise): `confidence` already includes it (`counters.rs` states the rule).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counters: Option<CounterCheck>,
 }
 
 /// A chain that matched a pattern but is not proposed, and why.
@@ -778,6 +785,23 @@ pub fn advise_trace(trace: &OpTrace, cfg: &AdviseConfig) -> Result<Advice> {
         } else {
             "medium"
         };
+        // What the chain's kernels measured, where the run has counters, moves it.
+        let instances_ops: Vec<Vec<&OpInstance>> = g
+            .positions
+            .iter()
+            .map(|p| p.iter().map(|&i| &trace.ops[i]).collect())
+            .collect();
+        let mut counter_check = counters::check(&instances_ops, &trace.kernel_names, ceiling);
+        let confidence = match counter_check.as_mut() {
+            Some(c) => {
+                let adjusted = counters::adjust(confidence, c);
+                if c.verdict != "inconclusive" || adjusted != confidence {
+                    confidence_notes.push(c.note.clone());
+                }
+                adjusted
+            }
+            None => confidence.to_string(),
+        };
         let shape_slug: String = r
             .shape
             .replace(" -> ", "-to-")
@@ -826,12 +850,13 @@ pub fn advise_trace(trace: &OpTrace, cfg: &AdviseConfig) -> Result<Advice> {
             saving_ns_per_step: saving,
             saving_pct_of_step: pct_of_step(saving),
             estimate: est,
-            confidence: confidence.into(),
+            confidence,
             confidence_notes,
             assumptions: r.assumptions.clone(),
             call: r.call.clone(),
             params: r.params.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
             measured: None,
+            counters: counter_check,
         });
     }
     proposals.sort_by(|a, b| {

@@ -188,6 +188,26 @@ pub fn render_text(a: &Advice, top: usize) -> String {
                 format!("{} ({})", p.confidence, p.confidence_notes.join("; "))
             };
             wrap(&mut o, &format!("confidence: {conf}"), "   ", 100);
+            if let Some(c) = &p.counters {
+                let moved = c
+                    .confidence_before
+                    .as_ref()
+                    .map(|b| format!(", confidence {b} -> {}", p.confidence))
+                    .unwrap_or_default();
+                let pipe = c
+                    .tensor_pipe_pct
+                    .map(|t| format!(", tensor pipe {t:.0}%"))
+                    .unwrap_or_default();
+                wrap(
+                    &mut o,
+                    &format!(
+                        "counters ({}{moved}): {}{pipe}; {} kernels, {} shared, {} estimated",
+                        c.verdict, c.note, c.kernels, c.shared, c.estimated
+                    ),
+                    "   ",
+                    100,
+                );
+            }
             for a in &p.assumptions {
                 wrap(&mut o, &format!("assumes: {a}"), "   ", 100);
             }

@@ -218,11 +218,16 @@ fn kernel(name: fuseprof_store::StrId, start_ns: i64, end_ns: i64, corr: Option<
 
 /// Writes a run of `ops`, one after another on one thread, each launching one kernel, on an H100.
 fn handmade(dir: &Path, name: &str, ops: &[Op], shapes: bool) -> PathBuf {
+    handmade_on(dir, name, ops, shapes, "NVIDIA H100 80GB HBM3")
+}
+
+/// [`handmade`] on the GPU named `device`.
+fn handmade_on(dir: &Path, name: &str, ops: &[Op], shapes: bool, device: &str) -> PathBuf {
     let path = dir.join(format!("{name}.sqlite"));
     let mut w = Writer::create(&path, CreateOptions::default()).unwrap();
     w.device(Device {
         id: 0,
-        name: Some("NVIDIA H100 80GB HBM3".into()),
+        name: Some(device.into()),
         ..Device::default()
     });
     let launch = w.intern("cudaLaunchKernel");
@@ -1281,4 +1286,136 @@ fn a_traced_swin_s_launch_saving_stays_inside_the_steps_idle_time() {
         "{s:#?}"
     );
     assert!(s.estimate.contains("less the tracer's"), "{}", s.estimate);
+}
+
+/// The window-attention chain with each kernel as long as its op's bytes estimated from shapes
+/// take at 95% of `mem_bytes_per_s` (each under the 20 us the hand-made run gives an op, so no
+/// two kernels overlap), and each op's estimated bytes (the reshape has no estimate: 5 us, and
+/// 0 bytes here, which the check leaves out).
+fn window_chain_at(mem_bytes_per_s: f64) -> (Vec<Op>, Vec<f64>) {
+    let mut ops = window_chain("32", H);
+    let mut bytes = Vec::new();
+    for op in &mut ops {
+        let dims: Vec<Vec<i64>> = serde_json::from_str(op.1).unwrap();
+        let types: Vec<String> = serde_json::from_str(op.2).unwrap();
+        let Some(e) = fuseprof_analyzer::headroom::estimate(op.0, &dims, Some(&types), None) else {
+            assert_eq!(op.0, "aten::reshape");
+            op.3 = 5_000;
+            bytes.push(0.0);
+            continue;
+        };
+        op.3 = (e.bytes / (0.95 * mem_bytes_per_s) * 1e9).round() as i64;
+        assert!(op.3 > 0 && op.3 < 20_000, "{} {}", op.0, op.3);
+        bytes.push(e.bytes);
+    }
+    (ops, bytes)
+}
+
+/// Stores DRAM-read counters into a hand-made run: one sample exactly over each op's kernel
+/// (as `handmade` lays them out) holding `bytes[i]`.
+fn record_kernel_bytes(path: &Path, ops: &[Op], bytes: &[f64]) {
+    use fuseprof_store::{record_counters, CounterKind, CounterMetric, CounterSample};
+    let samples: Vec<CounterSample> = ops
+        .iter()
+        .zip(bytes)
+        .enumerate()
+        .map(|(i, (op, &value))| {
+            let start_ns = 1_000_000 + i as i64 * 20_000 + 3_000;
+            CounterSample {
+                metric_id: 1,
+                start_ns,
+                end_ns: start_ns + op.3,
+                value,
+            }
+        })
+        .collect();
+    let metric = CounterMetric {
+        id: 1,
+        device_id: 0,
+        name: "dram__bytes_read.sum".into(),
+        quantity: "dram_read_bytes".into(),
+        kind: CounterKind::Sum,
+        unit: "byte".into(),
+        method: "pm_sampling".into(),
+        interval_ns: Some(20_000),
+    };
+    let report = record_counters(path, &[metric], &samples).unwrap();
+    assert_eq!((report.kernel_values, report.shared), (ops.len(), 0));
+}
+
+/// A memory-bound chain whose kernels measure the bytes the shapes say at 95% of peak
+/// bandwidth is confirmed and its confidence raised; the same chain measuring a hundredth of
+/// those bytes (compute-bound by the ridge point) is contradicted, said so, and lowered. A run
+/// without counters has no check at all. On an A100 (the calibration ran on an H200) the
+/// confidence starts low, with room to rise; on an H100 it starts high, with room to fall.
+#[test]
+fn counters_raise_or_lower_a_proposals_confidence() {
+    let dir = tempfile::tempdir().unwrap();
+    let a100 = "NVIDIA A100-SXM4-80GB";
+    let on =
+        |name: &str, ops: &[Op], device: &str| handmade_on(dir.path(), name, ops, true, device);
+    let plain = advise(&on("plain", &window_chain("32", H), a100)).unwrap();
+    let bw = plain.ceiling.as_ref().unwrap().mem_bytes_per_s;
+    let (ops, bytes) = window_chain_at(bw);
+    let levels = ["low", "medium", "high"];
+    let level = |c: &str| levels.iter().position(|l| *l == c).unwrap();
+
+    let path = on("confirmed", &ops, a100);
+    let before = advise(&path).unwrap();
+    assert_eq!(before.proposals.len(), 1, "{}", summary(&before));
+    let p0 = &before.proposals[0];
+    assert_eq!(p0.counters, None);
+    let json = serde_json::to_string(&before).unwrap();
+    assert!(!json.contains("\"counters\""), "absent without counters");
+    assert!(
+        level(&p0.confidence) < 2,
+        "room to raise: {}",
+        p0.confidence
+    );
+
+    record_kernel_bytes(&path, &ops, &bytes);
+    let after = advise(&path).unwrap();
+    let p = &after.proposals[0];
+    let c = p.counters.as_ref().expect("a check from the counters");
+    assert_eq!(c.estimated_bound, "memory");
+    assert_eq!(c.measured_bound.as_deref(), Some("memory"));
+    assert_eq!(c.verdict, "confirms", "{}", c.note);
+    let total: f64 = bytes.iter().sum();
+    assert!((c.measured_dram_bytes.unwrap() - total).abs() < 1.0);
+    assert!((c.estimated_bytes - total).abs() < 1.0);
+    assert!((c.bandwidth_pct_of_peak.unwrap() - 95.0).abs() < 0.5);
+    assert_eq!(c.coverage_pct, 100.0);
+    assert_eq!(level(&p.confidence), level(&p0.confidence) + 1);
+    assert_eq!(c.confidence_before.as_deref(), Some(p0.confidence.as_str()));
+    let text = fuseprof_fusion_advisor::render_text(&after, 10);
+    assert!(text.contains("counters (confirms"), "{text}");
+    let json: serde_json::Value = serde_json::to_value(&after).unwrap();
+    assert_eq!(json["proposals"][0]["counters"]["verdict"], "confirms");
+
+    // The same chain measuring a hundredth of the bytes: its FLOPs per measured byte lie
+    // above the ridge point, so it measures compute-bound.
+    let h100 = "NVIDIA H100 80GB HBM3";
+    let bw = advise(&on("plain_h100", &window_chain("32", H), h100))
+        .unwrap()
+        .ceiling
+        .unwrap()
+        .mem_bytes_per_s;
+    let (ops, bytes) = window_chain_at(bw);
+    let path = on("contradicted", &ops, h100);
+    let p0 = advise(&path).unwrap().proposals[0].clone();
+    assert_eq!(p0.confidence, "high");
+    let few: Vec<f64> = bytes.iter().map(|b| b / 100.0).collect();
+    record_kernel_bytes(&path, &ops, &few);
+    let a = advise(&path).unwrap();
+    let p = &a.proposals[0];
+    let c = p.counters.as_ref().unwrap();
+    assert_eq!(c.verdict, "contradicts", "{}", c.note);
+    assert_eq!(c.measured_bound.as_deref(), Some("compute"));
+    assert_eq!(p.confidence, "medium");
+    assert!(p
+        .confidence_notes
+        .iter()
+        .any(|n| n.starts_with("measured compute-bound, not memory-bound as estimated")));
+    let text = fuseprof_fusion_advisor::render_text(&a, 10);
+    assert!(text.contains("counters (contradicts"), "{text}");
 }

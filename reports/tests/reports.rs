@@ -989,3 +989,138 @@ fn export_writes_counter_tracks() {
         ]
     );
 }
+
+/// A copy of a recording with hardware counters as `collect --metrics memory` records them:
+/// device-wide samples every 20 us across the run, DRAM read bytes at `bytes_per_s` over each
+/// sample and the tensor pipe at 40%, attributed to the kernels that ran in each sample.
+fn with_counters(rel: &str, name: &str, bytes_per_s: f64) -> PathBuf {
+    use fuseprof_store::{record_counters, CounterKind, CounterMetric, CounterSample};
+    let out = tmpdir().join(name);
+    std::fs::copy(recording(rel), &out).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let (device, first, last): (i64, i64, i64) = rt.block_on(async {
+        use sqlx::ConnectOptions;
+        let mut c = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(&out)
+            .read_only(true)
+            .connect()
+            .await
+            .unwrap();
+        sqlx::query_as("SELECT MIN(device_id), MIN(start_ns), MAX(end_ns) FROM kernels")
+            .fetch_one(&mut c)
+            .await
+            .unwrap()
+    });
+    const INTERVAL_NS: i64 = 20_000;
+    let metric = |id: i64, quantity: &str, kind| CounterMetric {
+        id,
+        device_id: device,
+        name: quantity.into(),
+        quantity: quantity.into(),
+        kind,
+        unit: "byte".into(),
+        method: "pm_sampling".into(),
+        interval_ns: Some(INTERVAL_NS),
+    };
+    let mut samples = Vec::new();
+    let mut t = first;
+    while t < last {
+        for (metric_id, value) in [(1, bytes_per_s * INTERVAL_NS as f64 * 1e-9), (2, 40.0)] {
+            samples.push(CounterSample {
+                metric_id,
+                start_ns: t,
+                end_ns: t + INTERVAL_NS,
+                value,
+            });
+        }
+        t += INTERVAL_NS;
+    }
+    record_counters(
+        &out,
+        &[
+            metric(1, "dram_read_bytes", CounterKind::Sum),
+            metric(2, "tensor_pipe_pct", CounterKind::Average),
+        ],
+        &samples,
+    )
+    .unwrap();
+    out
+}
+
+/// The roofline's `<section>` of a page.
+fn roofline_of(html: &str) -> &str {
+    let start = html.find("<section id=\"roofline\">").unwrap();
+    let end = start + html[start..].find("</section>").unwrap();
+    &html[start..end]
+}
+
+/// A run with counters draws each measured op again at its FLOPs over the measured DRAM bytes,
+/// apart from the estimated dots (its own legend entries, triangles), with the flagged values
+/// marked and a table of estimated against measured bytes; the same run without counters has
+/// the roofline it always had.
+#[test]
+fn the_roofline_draws_measured_points_apart_from_estimated_ones() {
+    let rel = "recordings/vit_b16_infer_shapes.sqlite.gz";
+    let counted = with_counters(rel, "vit_counters.sqlite", 1.5e12);
+    let a = fuseprof_analyzer::analyze_file(&counted, &Default::default()).unwrap();
+    let measured: Vec<_> = a
+        .headroom
+        .rows
+        .iter()
+        .filter_map(|r| r.measured.as_ref().map(|m| (r, m)))
+        .collect();
+    assert!(!measured.is_empty(), "no op of the run got counters");
+    for (r, m) in &measured {
+        assert!(m.kernels > 0 && m.gpu_ns <= r.gpu_ns, "{}", r.name);
+        assert!(m.dram_bytes.unwrap() > 0.0, "{}", r.name);
+        assert!(
+            (m.tensor_pipe_pct.unwrap() - 40.0).abs() < 1e-6,
+            "{}",
+            r.name
+        );
+    }
+    // Samples of 20 us hold many kernels at once, so some values are estimates.
+    assert!(measured.iter().any(|(_, m)| m.estimated > 0));
+
+    let page = out("vit_counters.html");
+    report::generate(&ReportConfig {
+        run: counted.clone(),
+        output: page.clone(),
+        ..Default::default()
+    })
+    .unwrap();
+    let html = std::fs::read_to_string(&page).unwrap();
+    check_page(&html, ALWAYS);
+    let roof = roofline_of(&html);
+    for label in [
+        "measured (CUPTI PM sampling)",
+        "measured, values shared or estimated",
+        "estimated from shapes, memory-bound op",
+        "Measured by hardware counters, against the estimate",
+    ] {
+        assert!(roof.contains(label), "no {label:?} in the roofline");
+    }
+    // One triangle per measured op (and one per drawn legend entry).
+    let triangles = roof.matches("<polygon").count();
+    assert!(triangles >= measured.len(), "{triangles} triangles");
+    assert!(roof.contains("estimated</td>"), "flagged rows say so");
+
+    // The recording without counters: no measured series, the legend as before.
+    let plain = out("vit_plain.html");
+    report::generate(&ReportConfig {
+        run: recording(rel),
+        output: plain.clone(),
+        ..Default::default()
+    })
+    .unwrap();
+    let html = std::fs::read_to_string(&plain).unwrap();
+    let roof = roofline_of(&html);
+    for label in ["CUPTI", "Triangles", "Measured by hardware counters"] {
+        assert!(!roof.contains(label), "{label:?} in a run without counters");
+    }
+    assert!(!roof.contains("<polygon"));
+    assert!(roof.contains("memory-bound op"));
+    assert!(!roof.contains("estimated from shapes"));
+}

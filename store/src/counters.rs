@@ -398,6 +398,9 @@ pub struct NamedKernelCounter {
     pub kernel_id: i64,
     pub kernel_name: String,
     pub device_id: i64,
+    /// The kernel's start on the run's clock: with `device_id` and `duration_ns`, what the
+    /// analyzer finds its record by.
+    pub start_ns: i64,
     pub duration_ns: i64,
     pub quantity: String,
     pub kind: CounterKind,
@@ -409,33 +412,68 @@ pub struct NamedKernelCounter {
 impl Store {
     /// Every kernel's counter values with the kernel's name and duration.
     pub fn named_kernel_counters(&mut self) -> Result<Vec<NamedKernelCounter>> {
+        self.named_counters_where("", &[])
+    }
+
+    /// One kernel's counter values (none where it has none or the run has no counters).
+    pub fn counters_of_kernel(&mut self, kernel_id: i64) -> Result<Vec<NamedKernelCounter>> {
+        self.named_counters_where("WHERE c.kernel_id = ?", &[kernel_id])
+    }
+
+    /// The counter values of the kernels launched by API calls of thread (`pid`, `tid`) that
+    /// start in `[start_ns, end_ns)`: what an op range's kernels measured. The calls are found
+    /// through the `(pid, tid, start_ns)` index and their kernels through the
+    /// `(correlation_id, pid)` one.
+    pub fn counters_launched_from(
+        &mut self,
+        pid: i64,
+        tid: i64,
+        start_ns: i64,
+        end_ns: i64,
+    ) -> Result<Vec<NamedKernelCounter>> {
+        self.named_counters_where(
+            "WHERE c.kernel_id IN (SELECT k2.id FROM api_calls a \
+             JOIN kernels k2 ON k2.correlation_id = a.correlation_id AND k2.pid = a.pid \
+             WHERE a.pid = ? AND a.tid = ? AND a.start_ns >= ? AND a.start_ns < ?)",
+            &[pid, tid, start_ns, end_ns],
+        )
+    }
+
+    fn named_counters_where(
+        &mut self,
+        filter: &str,
+        binds: &[i64],
+    ) -> Result<Vec<NamedKernelCounter>> {
         if !self.has_table("kernel_counters")? {
             return Ok(Vec::new());
         }
         let (rt, conn) = self.rt_conn();
-        let rows = rt.block_on(
-            sqlx::query(
-                "SELECT c.kernel_id, s.value, k.device_id, k.end_ns - k.start_ns, m.quantity, m.kind, \
-                 c.value, c.shared, c.estimated FROM kernel_counters c \
-                 JOIN kernels k ON k.id = c.kernel_id \
-                 JOIN counter_metrics m ON m.id = c.metric_id \
-                 JOIN strings s ON s.id = k.name_id ORDER BY c.kernel_id, c.metric_id",
-            )
-            .fetch_all(&mut *conn),
-        )?;
+        let sql = format!(
+            "SELECT c.kernel_id, s.value, k.device_id, k.start_ns, k.end_ns - k.start_ns, \
+             m.quantity, m.kind, c.value, c.shared, c.estimated FROM kernel_counters c \
+             JOIN kernels k ON k.id = c.kernel_id \
+             JOIN counter_metrics m ON m.id = c.metric_id \
+             JOIN strings s ON s.id = k.name_id {filter} ORDER BY c.kernel_id, c.metric_id"
+        );
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for b in binds {
+            q = q.bind(*b);
+        }
+        let rows = rt.block_on(q.fetch_all(&mut *conn))?;
         rows.iter()
             .map(|r| {
-                let kind: String = r.try_get(5)?;
+                let kind: String = r.try_get(6)?;
                 Ok(NamedKernelCounter {
                     kernel_id: r.try_get(0)?,
                     kernel_name: r.try_get(1)?,
                     device_id: r.try_get(2)?,
-                    duration_ns: r.try_get(3)?,
-                    quantity: r.try_get(4)?,
+                    start_ns: r.try_get(3)?,
+                    duration_ns: r.try_get(4)?,
+                    quantity: r.try_get(5)?,
                     kind: CounterKind::parse(&kind).unwrap_or(CounterKind::Average),
-                    value: r.try_get(6)?,
-                    shared: r.try_get(7)?,
-                    estimated: r.try_get(8)?,
+                    value: r.try_get(7)?,
+                    shared: r.try_get(8)?,
+                    estimated: r.try_get(9)?,
                 })
             })
             .collect()

@@ -90,6 +90,9 @@ pub fn read(store: &mut Store, names: &NameInfo, meta: &Meta, track: usize, span
             }
             d.lines
                 .push(("correlation id".into(), opt(k.correlation_id)));
+            if let Ok(rows) = r.store.counters_of_kernel(id) {
+                counter_lines(r, &rows, &mut d);
+            }
             if let Some(c) = k.correlation_id {
                 launch = Some((c, k.pid, k.start_ns));
             }
@@ -170,6 +173,12 @@ pub fn read(store: &mut Store, names: &NameInfo, meta: &Meta, track: usize, span
             }
             if let Some(t) = g.input_types {
                 d.lines.push(("input dtypes".into(), r.names.get(t).into()));
+            }
+            // What the kernels launched inside the range measured, in a run with counters.
+            if let Some(e) = g.end_ns.filter(|_| has_counters(r)) {
+                if let Ok(rows) = r.store.counters_launched_from(g.pid, g.tid, g.start_ns, e) {
+                    counter_lines(r, &rows, &mut d);
+                }
             }
             if let Some(e) = g.end_ns {
                 enclosing(r, g.pid, g.tid, g.start_ns, Some(e), &mut d);
@@ -270,6 +279,70 @@ pub fn read(store: &mut Store, names: &NameInfo, meta: &Meta, track: usize, span
         }
     }
     d
+}
+
+/// Whether the run holds hardware counters (`collect --metrics`): a range's kernels are looked
+/// up only then.
+fn has_counters(r: &mut Ctx) -> bool {
+    r.store.counter_metrics().is_ok_and(|m| !m.is_empty())
+}
+
+/// Adds what the hardware counters measured for `rows` (one kernel's, or the kernels an op
+/// launched): DRAM bytes, the bandwidth they make over the kernels' time against the device's
+/// peak, the tensor pipe's activity, and whether the values are shared or estimated. Nothing
+/// where there are none.
+fn counter_lines(r: &mut Ctx, rows: &[fuseprof_store::NamedKernelCounter], d: &mut Details) {
+    let Some(device) = rows.first().map(|x| x.device_id) else {
+        return;
+    };
+    let peak = r
+        .store
+        .devices()
+        .ok()
+        .and_then(|ds| ds.into_iter().find(|x| x.id == device))
+        .and_then(|x| fuseprof_analyzer::headroom::ceiling_for(&x))
+        .map(|c| c.mem_bytes_per_s);
+    let Some(g) = fuseprof_analyzer::measured::group(rows, peak) else {
+        return;
+    };
+    let of = if g.kernels > 1 {
+        format!(" ({} kernels)", g.kernels)
+    } else {
+        String::new()
+    };
+    if let Some(b) = g.dram_bytes {
+        d.lines.push((
+            "DRAM bytes".into(),
+            format!("{:.2} MB read + written, measured{of}", b / 1e6),
+        ));
+    }
+    if let Some(bw) = g.achieved_bytes_per_s {
+        let pct = g
+            .bandwidth_pct_of_peak
+            .map(|p| format!(", {p:.1}% of peak"))
+            .unwrap_or_default();
+        d.lines
+            .push(("achieved".into(), format!("{:.1} GB/s{pct}", bw / 1e9)));
+    }
+    if let Some(t) = g.tensor_pipe_pct {
+        d.lines
+            .push(("tensor pipe".into(), format!("{t:.1}% active")));
+    }
+    let values = match (g.shared, g.estimated) {
+        (0, 0) => "measured (CUPTI PM sampling)".to_string(),
+        _ if g.kernels == 1 => {
+            let mut why = Vec::new();
+            if g.shared > 0 {
+                why.push("shared with work that ran at the same time");
+            }
+            if g.estimated > 0 {
+                why.push("estimated: the kernel is shorter than a sample");
+            }
+            why.join("; ")
+        }
+        (s, e) => format!("of {} kernels, {s} shared, {e} estimated", g.kernels),
+    };
+    d.lines.push(("counter values".into(), values));
 }
 
 /// Adds the op and module open on (pid, tid) at `t` (for a range: around `[t, end)`).

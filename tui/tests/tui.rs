@@ -591,3 +591,142 @@ fn tui_fuzz_corpus() {
     }
     assert!(opened > 0, "no tui corpus that opens");
 }
+
+/// A hand-made run with hardware counters: one op launching a 20 us kernel that holds a whole
+/// sample and a 2 us one inside a longer sample (its values an estimate), on an H100-like
+/// device of 3.35 TB/s.
+fn counters_run(dir: &Path) -> PathBuf {
+    use fuseprof_store::{
+        record_counters, Api, ApiCall, CounterKind, CounterMetric, CounterSample, Device, Kernel,
+    };
+    let p = dir.join("counters.sqlite");
+    let mut w = Writer::create(&p, CreateOptions::default()).unwrap();
+    w.device(Device {
+        id: 0,
+        name: Some("NVIDIA H100 80GB HBM3".into()),
+        mem_bandwidth_bytes_per_s: Some(3.35e12),
+        ..Default::default()
+    });
+    let op = w.intern("aten::mul");
+    let mut r = Range::new(RangeKind::CpuOp, op, 1, 1, 0);
+    r.end_ns = Some(50_000);
+    r.input_dims = Some(w.intern("[[4096, 4096], []]"));
+    w.range(r).unwrap();
+    let launch = w.intern("cudaLaunchKernel");
+    for (corr, name, start_ns, end_ns) in [
+        (1, "vectorized_elementwise_kernel", 10_000, 30_000),
+        (2, "reduce_kernel", 32_000, 34_000),
+    ] {
+        w.api_call(ApiCall {
+            api: Api::Runtime,
+            start_ns: corr * 1_000,
+            end_ns: corr * 1_000 + 500,
+            pid: 1,
+            tid: 1,
+            correlation_id: Some(corr),
+            external_id: None,
+            name: launch,
+            return_code: Some(0),
+        })
+        .unwrap();
+        let name = w.intern(name);
+        w.kernel(Kernel {
+            start_ns,
+            end_ns,
+            device_id: 0,
+            stream_id: 7,
+            pid: Some(1),
+            correlation_id: Some(corr),
+            external_id: None,
+            name,
+            grid: None,
+            block: None,
+            registers_per_thread: None,
+            static_smem_bytes: None,
+            dynamic_smem_bytes: None,
+            graph_id: None,
+        })
+        .unwrap();
+    }
+    w.finish(RunInfo {
+        source_format: "cupti".into(),
+        ..Default::default()
+    })
+    .unwrap();
+    let metric = |id, quantity: &str, kind| CounterMetric {
+        id,
+        device_id: 0,
+        name: quantity.into(),
+        quantity: quantity.into(),
+        kind,
+        unit: "byte".into(),
+        method: "pm_sampling".into(),
+        interval_ns: Some(20_000),
+    };
+    let sample = |metric_id, start_ns, value| CounterSample {
+        metric_id,
+        start_ns,
+        end_ns: start_ns + 20_000,
+        value,
+    };
+    record_counters(
+        &p,
+        &[
+            metric(1, "dram_read_bytes", CounterKind::Sum),
+            metric(2, "tensor_pipe_pct", CounterKind::Average),
+        ],
+        &[
+            // 40 MB in the first kernel's 20 us: 2 TB/s, 59.7% of 3.35 TB/s.
+            sample(1, 10_000, 40e6),
+            sample(1, 30_000, 2e6),
+            sample(2, 10_000, 0.0),
+            sample(2, 30_000, 30.0),
+        ],
+    )
+    .unwrap();
+    p
+}
+
+/// The details of a kernel and of an op in a run with counters show the DRAM bytes, the
+/// bandwidth against the peak, the tensor pipe and whether the values are estimates.
+#[test]
+fn details_show_what_the_counters_measured() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = TuiConfig::new(vec![counters_run(dir.path())]);
+    cfg.loading = Loading::Blocking;
+    let mut a = App::new(cfg).unwrap();
+    screen(&mut a, 120, 30);
+    // The op, from the op table.
+    key(&mut a, KeyCode::Char('2'));
+    key(&mut a, KeyCode::Enter);
+    let d = a.details.clone().unwrap();
+    assert_eq!(d.title, "cpu_op aten::mul");
+    let line = |d: &fuseprof_tui::Details, k: &str| {
+        d.lines
+            .iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| panic!("no {k:?} in {:?}", d.lines))
+    };
+    assert_eq!(
+        line(&d, "DRAM bytes"),
+        "42.00 MB read + written, measured (2 kernels)"
+    );
+    assert_eq!(
+        line(&d, "counter values"),
+        "of 2 kernels, 0 shared, 1 estimated"
+    );
+    key(&mut a, KeyCode::Char('4'));
+    insta::assert_snapshot!("details_op_counters", screen(&mut a, 120, 30));
+    // The heaviest kernel, from the kernel table.
+    key(&mut a, KeyCode::Char('2'));
+    keys(&mut a, "lll");
+    key(&mut a, KeyCode::Enter);
+    let d = a.details.clone().unwrap();
+    assert_eq!(line(&d, "DRAM bytes"), "40.00 MB read + written, measured");
+    assert_eq!(line(&d, "achieved"), "2000.0 GB/s, 59.7% of peak");
+    assert_eq!(line(&d, "tensor pipe"), "0.0% active");
+    assert_eq!(line(&d, "counter values"), "measured (CUPTI PM sampling)");
+    key(&mut a, KeyCode::Char('4'));
+    insta::assert_snapshot!("details_kernel_counters", screen(&mut a, 120, 30));
+}

@@ -183,6 +183,7 @@ pub(crate) mod testing {
                         class,
                         dur_ns: ns,
                         launched_by: name,
+                        counters: None,
                     });
                     gpu_ns += ns;
                 }

@@ -258,15 +258,40 @@ pub struct RoofPoint {
     pub memory_bound: bool,
 }
 
+/// One op on the roofline at its measured intensity: its FLOPs (from shapes) over the DRAM
+/// bytes the hardware counters measured for its kernels.
+#[derive(Clone, Debug)]
+pub struct MeasuredRoofPoint {
+    /// FLOP per measured DRAM byte.
+    pub intensity: f64,
+    pub flops_per_s: f64,
+    /// Where the same op sits estimated from shapes (FLOP per estimated byte).
+    pub estimated_intensity: f64,
+    /// Share of the plotted ops' GPU time, 0..1, as [`RoofPoint::weight`].
+    pub weight: f64,
+    /// Some of its kernels' values are shared with concurrent work or estimated from samples
+    /// longer than the kernel: drawn hollow, under a legend entry of their own.
+    pub flagged: bool,
+}
+
+const MEASURED_: RGBColor = RGBColor(0x6a, 0x3d, 0x9a);
+
 /// Achieved FLOP/s against arithmetic intensity, under the memory-bandwidth slope and the
-/// 16-bit compute roof (and the 32-bit one where known).
+/// 16-bit compute roof (and the 32-bit one where known). Ops measured by hardware counters
+/// (`measured`, empty without counters) are drawn again at their measured intensity, as
+/// triangles joined to their estimated dot; with none the chart is as it always was.
 pub fn roofline(
     points: &[RoofPoint],
+    measured: &[MeasuredRoofPoint],
     mem_bytes_per_s: f64,
     flops16: f64,
     flops32: Option<f64>,
 ) -> Result<String> {
-    let xs = points.iter().map(|p| p.intensity).filter(|x| *x > 0.0);
+    let xs = points
+        .iter()
+        .map(|p| p.intensity)
+        .chain(measured.iter().map(|p| p.intensity))
+        .filter(|x| *x > 0.0 && x.is_finite());
     let xmin = xs.clone().fold(f64::INFINITY, f64::min).min(0.1) / 2.0;
     let xmax = xs
         .fold(0.0f64, f64::max)
@@ -323,9 +348,18 @@ pub fn roofline(
                 .label(format!("32-bit roof {:.0} TFLOP/s", f32roof / 1e12))
                 .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], GREY_));
         }
+        // With measured points beside them, the dots say where they come from.
+        let (memory_name, compute_name) = if measured.is_empty() {
+            ("memory-bound op", "compute-bound op")
+        } else {
+            (
+                "estimated from shapes, memory-bound op",
+                "estimated from shapes, compute-bound op",
+            )
+        };
         for (bound, color, name) in [
-            (true, RGBColor(0x4e, 0x79, 0xa7), "memory-bound op"),
-            (false, RGBColor(0xe1, 0x57, 0x59), "compute-bound op"),
+            (true, RGBColor(0x4e, 0x79, 0xa7), memory_name),
+            (false, RGBColor(0xe1, 0x57, 0x59), compute_name),
         ] {
             chart
                 .draw_series(
@@ -345,6 +379,47 @@ pub fn roofline(
                 .map_err(chart_err)?
                 .label(name)
                 .legend(move |(x, y)| Circle::new((x + 5, y), 4, color.filled()));
+        }
+        let drawn: Vec<&MeasuredRoofPoint> = measured
+            .iter()
+            .filter(|p| p.intensity > 0.0 && p.intensity.is_finite() && p.flops_per_s > 0.0)
+            .collect();
+        if !drawn.is_empty() {
+            // Each measured triangle joined to its estimated dot: how far the shapes were off.
+            for p in drawn.iter().filter(|p| p.estimated_intensity > 0.0) {
+                chart
+                    .draw_series(LineSeries::new(
+                        [
+                            (p.estimated_intensity, p.flops_per_s),
+                            (p.intensity, p.flops_per_s),
+                        ],
+                        MEASURED_.mix(0.35).stroke_width(1),
+                    ))
+                    .map_err(chart_err)?;
+            }
+            for (flagged, name) in [
+                (false, "measured (CUPTI PM sampling)"),
+                (true, "measured, values shared or estimated"),
+            ] {
+                let style = if flagged {
+                    MEASURED_.stroke_width(2)
+                } else {
+                    MEASURED_.mix(0.8).filled()
+                };
+                let these: Vec<&&MeasuredRoofPoint> =
+                    drawn.iter().filter(|p| p.flagged == flagged).collect();
+                if these.is_empty() {
+                    continue;
+                }
+                chart
+                    .draw_series(these.iter().map(|p| {
+                        let r = 4.0 + 14.0 * p.weight.sqrt();
+                        TriangleMarker::new((p.intensity, p.flops_per_s), r as i32, style)
+                    }))
+                    .map_err(chart_err)?
+                    .label(name)
+                    .legend(move |(x, y)| TriangleMarker::new((x + 5, y), 5, style));
+            }
         }
         // Name the heaviest few, where a reader looks first.
         let mut heavy: Vec<&RoofPoint> = points

@@ -11,7 +11,7 @@ use crate::data::{ReportData, MIN_MATCH_PCT};
 use crate::gate::StepComparison;
 use crate::text::{esc, short};
 use crate::Result;
-use charts::{RoofPoint, Span};
+use charts::{MeasuredRoofPoint, RoofPoint, Span};
 
 fn ms(ns: f64) -> String {
     format!("{:.3}", ns / 1e6)
@@ -588,6 +588,24 @@ fn roofline_section(h: &mut String, d: &ReportData) -> Result<()> {
             memory_bound: r.bound == "memory",
         })
         .collect();
+    // Where the run has counters: the same ops at their FLOPs over the DRAM bytes measured.
+    let measured: Vec<(&&fuseprof_analyzer::HeadroomRow, MeasuredRoofPoint)> = rows
+        .iter()
+        .filter_map(|r| {
+            let m = r.measured.as_ref()?;
+            let bytes_per_s = m.achieved_bytes_per_s.filter(|b| *b > 0.0)?;
+            Some((
+                r,
+                MeasuredRoofPoint {
+                    intensity: r.achieved_flops_per_s / bytes_per_s,
+                    flops_per_s: r.achieved_flops_per_s,
+                    estimated_intensity: r.flops / r.bytes,
+                    weight: r.gpu_ns as f64 / total as f64,
+                    flagged: m.shared > 0 || m.estimated > 0,
+                },
+            ))
+        })
+        .collect();
     let _ = write!(
         h,
         "<p>Each dot is an op type and shape (size: its share of GPU time), at its FLOPs per \
@@ -602,15 +620,89 @@ fn roofline_section(h: &mut String, d: &ReportData) -> Result<()> {
             "<p>No op has both bytes and FLOPs from its shapes (the run records no shapes?).</p>",
         );
     } else {
+        if !measured.is_empty() {
+            let _ = write!(
+                h,
+                "<p>Triangles: {} of them again at the DRAM bytes the hardware counters \
+                 measured for their kernels (CUPTI PM sampling; FLOPs still from shapes), \
+                 joined to their estimated dot. Hollow: some of their kernels' values are \
+                 shared with work that ran at the same time, or estimated from samples longer \
+                 than the kernel.</p>",
+                measured.len()
+            );
+        }
+        let points_measured: Vec<MeasuredRoofPoint> =
+            measured.iter().map(|(_, p)| p.clone()).collect();
         h.push_str(&charts::roofline(
             &points,
+            &points_measured,
             c.mem_bytes_per_s,
             c.flops_16bit_per_s,
             c.flops_32bit_per_s,
         )?);
+        if !measured.is_empty() {
+            measured_table(h, &measured);
+        }
     }
     h.push_str("</section>");
     Ok(())
+}
+
+/// The measured ops of the roofline, heaviest first: estimated against measured bytes.
+fn measured_table(
+    h: &mut String,
+    measured: &[(&&fuseprof_analyzer::HeadroomRow, MeasuredRoofPoint)],
+) {
+    let mut sorted: Vec<_> = measured.iter().collect();
+    sorted.sort_by(|a, b| b.0.gpu_ns.cmp(&a.0.gpu_ns).then(a.0.name.cmp(&b.0.name)));
+    let mut tb = Table::new(&[
+        ("op", false),
+        ("shapes", false),
+        ("GPU ms", true),
+        ("estimated MB", true),
+        ("measured DRAM MB", true),
+        ("measured GB/s", true),
+        ("% of peak", true),
+        ("tensor pipe %", true),
+        ("values", false),
+    ]);
+    for (r, _) in sorted.into_iter().take(20) {
+        let Some(m) = r.measured.as_ref() else {
+            continue;
+        };
+        // The estimate covers every instance; the measurement the kernels that had counters.
+        let estimated = r.bytes * r.instances as f64;
+        let dram = m.dram_bytes.unwrap_or(0.0);
+        let gbs = m.achieved_bytes_per_s.unwrap_or(0.0) / 1e9;
+        let opt = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |x| format!("{x:.1}"));
+        let mut flags = Vec::new();
+        if m.shared > 0 {
+            flags.push(format!("{} of {} shared", m.shared, m.kernels));
+        }
+        if m.estimated > 0 {
+            flags.push(format!("{} of {} estimated", m.estimated, m.kernels));
+        }
+        tb.row(&[
+            code(&r.name),
+            code(r.dims.as_deref().unwrap_or("")),
+            num(ms(r.gpu_ns as f64), r.gpu_ns as f64),
+            num(format!("{:.2}", estimated / 1e6), estimated),
+            num(format!("{:.2}", dram / 1e6), dram),
+            num(format!("{gbs:.1}"), gbs),
+            num(
+                opt(m.bandwidth_pct_of_peak),
+                m.bandwidth_pct_of_peak.unwrap_or(0.0),
+            ),
+            num(opt(m.tensor_pipe_pct), m.tensor_pipe_pct.unwrap_or(0.0)),
+            t(&if flags.is_empty() {
+                "measured".to_string()
+            } else {
+                flags.join(", ")
+            }),
+        ]);
+    }
+    h.push_str("<h3>Measured by hardware counters, against the estimate</h3>");
+    h.push_str(&tb.finish());
 }
 
 fn advice_section(h: &mut String, d: &ReportData) {
