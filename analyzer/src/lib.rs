@@ -33,6 +33,7 @@
 
 mod attribution;
 pub mod classify;
+pub mod copies;
 pub mod diff;
 mod error;
 pub mod floor;
@@ -68,7 +69,8 @@ pub use report::render_text;
 pub use scope::{analyze_step_with_op_tree, LongRange, OpenRanges, Scoped};
 pub use steps::StepSource;
 pub use trace::{
-    op_trace, DeviceIdle, GpuRecord, HostCopy, HostSpan, OpInstance, OpTrace, TraceContext,
+    op_trace, DeviceIdle, GpuRecord, HostCopy, HostSpan, LaunchGap, OpInstance, OpTrace,
+    TraceContext,
 };
 
 use attribution::{Item, FLAG_NO_LAUNCH, KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET};
@@ -157,6 +159,10 @@ pub struct Analysis {
     /// absent without counters).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measured: Option<measured::Measured>,
+    /// Copies between host and device by direction and host memory (`copies.rs`; absent in
+    /// documents from before it).
+    #[serde(default)]
+    pub host_copies: copies::HostCopies,
     /// Oddities in the input and how they were handled (never fatal).
     pub notes: Vec<String>,
 }
@@ -857,6 +863,10 @@ pub(crate) fn analyze_loaded(
     );
     lap(&mut clock, "step floor");
 
+    // 10. Host<->device copies.
+    let host_copies = copies::host_copies(store, &names, &found.windows, window)?;
+    lap(&mut clock, "host copies");
+
     Ok(Analysis {
         format: "fuseprof-analysis".into(),
         version: JSON_VERSION,
@@ -892,6 +902,7 @@ pub(crate) fn analyze_loaded(
         floor,
         ranks: rank_analysis,
         measured,
+        host_copies,
         notes,
     })
 }

@@ -247,6 +247,11 @@ pub fn render_text(a: &Analysis, cfg: &AnalyzeConfig) -> String {
         );
     }
 
+    if !a.host_copies.rows.is_empty() {
+        o.push('\n');
+        copies_table(&mut o, &a.host_copies);
+    }
+
     o.push('\n');
     match cfg.by {
         GroupBy::Op => ops_table(&mut o, a, top),
@@ -280,6 +285,53 @@ pub fn render_text(a: &Analysis, cfg: &AnalyzeConfig) -> String {
         }
     }
     o
+}
+
+fn copies_table(o: &mut String, c: &crate::copies::HostCopies) {
+    let _ = writeln!(
+        o,
+        "Host<->device copies (by host memory; sync = the host waited for the copy)"
+    );
+    let per = if c.steps > 0 { "/step" } else { "" };
+    let _ = writeln!(
+        o,
+        "  {:<5} {:<9} {:>8} {:>10} {:>11} {:>9} {:>9} {:>11} {:>7}",
+        "dir",
+        "host",
+        "count",
+        "ms",
+        "bytes",
+        "GB/s",
+        "in steps",
+        format!("us{per}"),
+        "sync"
+    );
+    for r in &c.rows {
+        let _ = writeln!(
+            o,
+            "  {:<5} {:<9} {:>8} {:>10} {:>11} {:>9.2} {:>9} {:>11} {:>7}{}",
+            r.direction,
+            r.host_memory,
+            count(r.count),
+            ms(r.ns),
+            count(r.bytes.max(0) as u64),
+            r.bytes_per_s / 1e9,
+            count(r.in_steps),
+            us(r.ns_per_step),
+            r.synchronous.map_or("-".into(), count),
+            if r.flagged { " *" } else { "" }
+        );
+    }
+    if c.rows.iter().any(|r| r.flagged) {
+        wrap(
+            o,
+            "* pageable host-to-device copies inside the step made the host wait: the driver \
+             stages them through a pinned buffer. Pin the source (DataLoader(pin_memory=True) \
+             or tensor.pin_memory()) and copy with non_blocking=True.",
+            "  ",
+            "  ",
+        );
+    }
 }
 
 /// Writes `text` word-wrapped to the terminal width.

@@ -125,6 +125,23 @@ pub struct TraceContext {
     /// Durations of the kernel launch calls in scope (`cudaLaunchKernel`, `cuLaunchKernel`
     /// and their variants), sorted: the host's cost per launch as recorded, tracer included.
     pub launch_call_ns: Vec<i64>,
+    /// Consecutive kernel launch calls on one thread, both in scope: how many host ranges
+    /// (ops, modules, annotations: each one the tracer records) opened between the first
+    /// call's end and the second's start, and that host time. What each range adds to it is
+    /// the tracer's cost per range and the program's own cost per op together.
+    pub launch_host_gaps: Vec<LaunchGap>,
+    /// Host ranges in scope (ops, modules and other user ranges; step annotations left out):
+    /// what the tracer recorded on the host besides the API calls.
+    pub host_ranges: u64,
+}
+
+/// The host time between two consecutive kernel launch calls on one thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchGap {
+    /// Host ranges opened between them.
+    pub ranges: u32,
+    /// From the first call's end to the second's start.
+    pub host_ns: i64,
 }
 
 /// One copy between host and device memory.
@@ -440,17 +457,53 @@ pub fn op_trace(store: &mut Store, cfg: &AnalyzeConfig) -> Result<OpTrace> {
         if is_sync_call(name) {
             calls.push((c.pid, c.tid, c.start_ns, c.end_ns, name.to_string()));
         } else if is_launch_call(name) {
-            launches.push((c.start_ns, c.end_ns - c.start_ns));
+            launches.push((c.start_ns, c.end_ns, c.pid, c.tid));
         }
     })?;
     launches.sort_unstable();
     let mut hint = 0;
-    let mut launch_call_ns: Vec<i64> = launches
-        .into_iter()
-        .filter(|&(start, _)| in_scope(start, &mut hint).is_some())
-        .map(|(_, d)| d.max(0))
-        .collect();
+    launches.retain(|&(start, ..)| in_scope(start, &mut hint).is_some());
+    let mut launch_call_ns: Vec<i64> = launches.iter().map(|l| (l.1 - l.0).max(0)).collect();
     launch_call_ns.sort_unstable();
+    // The host ranges' starts per thread, and how many are in scope.
+    let mut range_starts: Vec<Vec<i64>> = vec![Vec::new(); tree.threads.len()];
+    let mut host_ranges = 0u64;
+    let mut hint = 0;
+    for r in &tree.ranges {
+        if r.role() == Role::Step {
+            continue;
+        }
+        if let Some(v) = range_starts.get_mut(r.thread() as usize) {
+            v.push(r.start_ns);
+        }
+    }
+    for v in &mut range_starts {
+        v.sort_unstable();
+    }
+    let mut in_scope_starts: Vec<i64> = range_starts.iter().flatten().copied().collect();
+    in_scope_starts.sort_unstable();
+    for &t in &in_scope_starts {
+        host_ranges += u64::from(in_scope(t, &mut hint).is_some());
+    }
+    // Consecutive launch calls per thread and the ranges opened between them.
+    let mut by_thread: Vec<(u32, i64, i64)> = launches
+        .iter()
+        .filter_map(|&(s, e, pid, tid)| Some((*tree.thread_index.get(&(pid, tid))?, s, e)))
+        .collect();
+    by_thread.sort_unstable();
+    let launch_host_gaps: Vec<LaunchGap> = by_thread
+        .windows(2)
+        .filter(|w| w[0].0 == w[1].0 && w[1].1 >= w[0].2)
+        .map(|w| {
+            let starts = &range_starts[w[0].0 as usize];
+            let opened =
+                starts.partition_point(|&t| t < w[1].1) - starts.partition_point(|&t| t < w[0].2);
+            LaunchGap {
+                ranges: u32::try_from(opened).unwrap_or(u32::MAX),
+                host_ns: w[1].1 - w[0].2,
+            }
+        })
+        .collect();
     calls.sort_by_key(|c| c.2);
     let mut syncs = Vec::new();
     for (pid, tid, start_ns, end_ns, name) in calls {
@@ -496,6 +549,8 @@ pub fn op_trace(store: &mut Store, cfg: &AnalyzeConfig) -> Result<OpTrace> {
     let context = TraceContext {
         host_copies,
         launch_call_ns,
+        launch_host_gaps,
+        host_ranges,
         windows: match window {
             Some(w) => vec![(w.start_ns, w.end_ns)],
             None => windows.iter().map(|w| (w.start_ns, w.end_ns)).collect(),

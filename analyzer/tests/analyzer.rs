@@ -1634,3 +1634,213 @@ fn measured_counters_give_bandwidth_against_the_peak() {
     );
     assert!(text.contains("Measured by hardware counters"), "{text}");
 }
+
+/// Host copies by hand: two steps (ProfilerStep annotations); in each, a pageable
+/// host-to-device copy whose `cudaMemcpyAsync` lasts through it (the host waited: flagged), a
+/// pinned one the call returns before, and outside the steps a device-to-host copy of unknown
+/// host memory.
+#[test]
+fn host_copies_split_by_direction_and_host_memory_and_flag_a_waited_pageable_copy() {
+    use fuseprof_store::{CopyKind, MemoryKind};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("copies.sqlite");
+    let mut w = Writer::create(&path, CreateOptions::default()).unwrap();
+    let call = w.intern("cudaMemcpyAsync");
+    for (i, step) in ["ProfilerStep#0", "ProfilerStep#1"].iter().enumerate() {
+        let t0 = i as i64 * 1_000_000;
+        let mut r = Range::new(RangeKind::UserAnnotation, w.intern(step), 1, 1, t0);
+        r.end_ns = Some(t0 + 1_000_000);
+        w.range(r).unwrap();
+    }
+    let mut corr = 0;
+    let mut copy = |w: &mut Writer,
+                    start: i64,
+                    dur: i64,
+                    call_end: i64,
+                    bytes: i64,
+                    kind: CopyKind,
+                    host: Option<MemoryKind>| {
+        corr += 1;
+        w.api_call(ApiCall {
+            api: Api::Runtime,
+            start_ns: start - 1_000,
+            end_ns: call_end,
+            pid: 1,
+            tid: 1,
+            correlation_id: Some(corr),
+            external_id: None,
+            name: call,
+            return_code: None,
+        })
+        .unwrap();
+        let to_device = kind == CopyKind::HtoD;
+        w.memop(Memop {
+            kind: MemopKind::Memcpy,
+            start_ns: start,
+            end_ns: start + dur,
+            device_id: 0,
+            stream_id: 7,
+            pid: Some(1),
+            correlation_id: Some(corr),
+            external_id: None,
+            bytes: Some(bytes),
+            copy_kind: Some(kind),
+            value: None,
+            src_memory: if to_device {
+                host
+            } else {
+                Some(MemoryKind::Device)
+            },
+            dst_memory: if to_device {
+                Some(MemoryKind::Device)
+            } else {
+                host
+            },
+        })
+        .unwrap();
+    };
+    for t0 in [0, 1_000_000] {
+        // 4 MB in 400 us (10 GB/s); the call ends 300 us into it (75%: the host waited).
+        copy(
+            &mut w,
+            t0 + 100_000,
+            400_000,
+            t0 + 400_000,
+            4_000_000,
+            CopyKind::HtoD,
+            Some(MemoryKind::Pageable),
+        );
+        // 1 MB in 50 us (20 GB/s); the call returns before it starts.
+        copy(
+            &mut w,
+            t0 + 600_000,
+            50_000,
+            t0 + 590_000,
+            1_000_000,
+            CopyKind::HtoD,
+            Some(MemoryKind::Pinned),
+        );
+    }
+    copy(
+        &mut w,
+        2_500_000,
+        10_000,
+        2_400_000,
+        1_000,
+        CopyKind::DtoH,
+        None,
+    );
+    w.finish(RunInfo {
+        source_format: "cupti".into(),
+        ..Default::default()
+    })
+    .unwrap();
+    let a = analyze(&mut Store::open(&path).unwrap(), &AnalyzeConfig::default()).unwrap();
+    let c = &a.host_copies;
+    assert_eq!(c.steps, 2);
+    let row = |d: &str, h: &str| {
+        c.rows
+            .iter()
+            .find(|r| r.direction == d && r.host_memory == h)
+            .unwrap()
+    };
+    let p = row("HtoD", "pageable");
+    assert_eq!(
+        (p.count, p.ns, p.bytes, p.in_steps),
+        (2, 800_000, 8_000_000, 2)
+    );
+    assert_eq!(p.bytes_per_s, 10e9);
+    assert_eq!((p.ns_per_step, p.count_per_step), (400_000.0, 1.0));
+    assert_eq!((p.synchronous, p.synchronous_in_steps), (Some(2), Some(2)));
+    assert!(p.flagged);
+    let q = row("HtoD", "pinned");
+    assert_eq!((q.count, q.bytes_per_s, q.synchronous), (2, 20e9, Some(0)));
+    assert!(!q.flagged);
+    let u = row("DtoH", "unknown");
+    assert_eq!((u.count, u.in_steps, u.ns_per_step), (1, 0, 0.0));
+    assert_eq!(c.rows.len(), 3);
+    // HtoD rows first, the larger time first.
+    assert_eq!(c.rows[0].host_memory, "pageable");
+    let text = render_text(&a, &AnalyzeConfig::default());
+    assert!(
+        text.contains("* pageable host-to-device copies inside the step"),
+        "{text}"
+    );
+    assert!(text.contains("pin_memory"), "{text}");
+    // In JSON, and back.
+    let back: Analysis = serde_json::from_str(&serde_json::to_string(&a).unwrap()).unwrap();
+    assert_eq!(back.host_copies, a.host_copies);
+}
+
+/// The real traces that hold pageable copies: every host<->device copy the store holds is in
+/// one row, with the store's count, time and bytes.
+#[test]
+fn host_copies_of_real_traces_add_up_to_the_stores_copies() {
+    for rel in [
+        "kineto/hta_critical_path_alexnet_trace.json.gz",
+        "kineto/hta_timeline_analysis_sampled_rank-0.json.gz",
+        "nsys/nsysai_mfu_2gpu_before.sqlite",
+    ] {
+        let path = store_for(rel);
+        let mut store = Store::open(&path).unwrap();
+        let mut want: HashMap<(String, String), (u64, i64, i64)> = HashMap::new();
+        store
+            .for_each_memop(|m| {
+                let d = match m.copy_kind {
+                    Some(fuseprof_store::CopyKind::HtoD) => "HtoD",
+                    Some(fuseprof_store::CopyKind::DtoH) => "DtoH",
+                    _ => return,
+                };
+                let host = if d == "HtoD" {
+                    m.src_memory
+                } else {
+                    m.dst_memory
+                };
+                let e = want
+                    .entry((d.into(), host.map_or("unknown", |k| k.as_str()).into()))
+                    .or_default();
+                e.0 += 1;
+                e.1 += m.end_ns - m.start_ns;
+                e.2 += m.bytes.unwrap_or(0);
+            })
+            .unwrap();
+        let a = analyze(&mut store, &AnalyzeConfig::default()).unwrap();
+        let got: HashMap<(String, String), (u64, i64, i64)> = a
+            .host_copies
+            .rows
+            .iter()
+            .map(|r| {
+                (
+                    (r.direction.clone(), r.host_memory.clone()),
+                    (r.count, r.ns, r.bytes),
+                )
+            })
+            .collect();
+        assert_eq!(got, want, "{rel}");
+        let pageable = &a
+            .host_copies
+            .rows
+            .iter()
+            .find(|r| r.host_memory == "pageable")
+            .unwrap();
+        assert!(pageable.count > 0 && pageable.bytes_per_s > 0.0, "{rel}");
+        assert!(pageable.in_steps <= pageable.count);
+        assert!(render_text(&a, &AnalyzeConfig::default()).contains("HtoD  pageable"));
+    }
+    // AlexNet's large pageable copies: the host waited in cudaMemcpyAsync through most of each.
+    let a = analyze_file(&store_for("kineto/hta_critical_path_alexnet_trace.json.gz"));
+    let p = a
+        .host_copies
+        .rows
+        .iter()
+        .find(|r| r.host_memory == "pageable")
+        .unwrap();
+    assert!(
+        p.synchronous.unwrap() > 0 && p.synchronous.unwrap() < p.count,
+        "{p:?}"
+    );
+}
+
+fn analyze_file(p: &Path) -> Analysis {
+    fuseprof_analyzer::analyze_file(p, &AnalyzeConfig::default()).unwrap()
+}

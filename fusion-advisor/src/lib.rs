@@ -124,6 +124,13 @@ pub struct Ranked {
     pub title: String,
     pub saving_ns_per_step: f64,
     pub saving_pct_of_step: f64,
+    /// What `saving_pct_of_step` is a share of: `gpu_time` or `wall_time` ([`Setting::pct_of`]).
+    #[serde(default = "gpu_time")]
+    pub pct_of: String,
+}
+
+fn gpu_time() -> String {
+    "gpu_time".into()
 }
 
 /// Orders the settings and the proposals by saving into one ranking, and gives each setting
@@ -139,6 +146,7 @@ fn rank_all(settings: &mut [Setting], proposals: &[Proposal]) -> Vec<Ranked> {
             title: s.title.clone(),
             saving_ns_per_step: s.saving_ns_per_step,
             saving_pct_of_step: s.saving_pct_of_step,
+            pct_of: s.pct_of.clone(),
         })
         .chain(proposals.iter().map(|p| Ranked {
             rank: 0,
@@ -147,6 +155,7 @@ fn rank_all(settings: &mut [Setting], proposals: &[Proposal]) -> Vec<Ranked> {
             title: p.title.clone(),
             saving_ns_per_step: p.saving_ns_per_step,
             saving_pct_of_step: p.saving_pct_of_step,
+            pct_of: gpu_time(),
         }))
         .collect();
     all.sort_by(|a, b| {

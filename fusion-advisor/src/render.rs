@@ -54,12 +54,17 @@ pub fn render_text(a: &Advice, top: usize) -> String {
         for r in &a.ranking {
             let _ = writeln!(
                 o,
-                "{:>3}  {:<8}  {:>10} us  {:>6.2}%  {}",
+                "{:>3}  {:<8}  {:>10} us  {:>6.2}%  {}{}",
                 r.rank,
                 r.kind,
                 us(r.saving_ns_per_step),
                 r.saving_pct_of_step,
-                r.id
+                r.id,
+                if r.pct_of == "wall_time" {
+                    " (% of the wall time)"
+                } else {
+                    ""
+                }
             );
         }
         let _ = writeln!(o);
@@ -68,14 +73,15 @@ pub fn render_text(a: &Advice, top: usize) -> String {
             wrap(
                 &mut o,
                 &format!(
-                    "#{} {}: {}: {} -> {} us per {per}, saving {} us ({:.1}% of the {per})",
+                    "#{} {}: {}: {} -> {} us per {per}, saving {} us ({:.1}% of {})",
                     s.rank,
                     s.id,
                     s.title,
                     us(s.current_ns_per_step),
                     us(s.expected_ns_per_step),
                     us(s.saving_ns_per_step),
-                    s.saving_pct_of_step
+                    s.saving_pct_of_step,
+                    s.pct_basis(per)
                 ),
                 "  ",
                 100,

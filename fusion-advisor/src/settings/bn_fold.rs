@@ -112,6 +112,7 @@ mod tests {
         let ctx = Ctx {
             trace: &t,
             step_gpu_ns: 100_000.0,
+            step_wall_ns: 0.0,
             ceiling: None,
         };
         let s = rule(&ctx).unwrap();
@@ -125,6 +126,7 @@ mod tests {
         let ctx = Ctx {
             trace: &t,
             step_gpu_ns: 100_000.0,
+            step_wall_ns: 0.0,
             ceiling: None,
         };
         assert!(rule(&ctx).is_none());
@@ -134,6 +136,7 @@ mod tests {
         let ctx = Ctx {
             trace: &t,
             step_gpu_ns: 100_000.0,
+            step_wall_ns: 0.0,
             ceiling: None,
         };
         assert!(rule(&ctx).is_none());

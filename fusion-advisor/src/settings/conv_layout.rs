@@ -144,6 +144,7 @@ mod tests {
         let ctx = Ctx {
             trace: &t,
             step_gpu_ns: 135_000.0,
+            step_wall_ns: 0.0,
             ceiling: None,
         };
         let s = rule(&ctx).unwrap();
@@ -166,6 +167,7 @@ mod tests {
         let ctx = Ctx {
             trace: &t,
             step_gpu_ns: 100_000.0,
+            step_wall_ns: 0.0,
             ceiling: None,
         };
         assert!(rule(&ctx).is_none());

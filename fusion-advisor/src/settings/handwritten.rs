@@ -259,6 +259,7 @@ mod tests {
         let ctx = Ctx {
             trace: &t,
             step_gpu_ns: 90_000.0,
+            step_wall_ns: 0.0,
             ceiling: None,
         };
         let s = rule(&ctx).unwrap();
@@ -298,6 +299,7 @@ mod tests {
         let ctx = Ctx {
             trace: &t,
             step_gpu_ns: 54_000.0,
+            step_wall_ns: 0.0,
             ceiling: None,
         };
         let s = rule(&ctx).unwrap();
@@ -313,6 +315,7 @@ mod tests {
         let ctx = Ctx {
             trace: &t,
             step_gpu_ns: 12_000.0,
+            step_wall_ns: 0.0,
             ceiling: None,
         };
         assert!(rule(&ctx).is_none());
@@ -334,6 +337,7 @@ mod tests {
         let ctx = Ctx {
             trace: &t,
             step_gpu_ns: 35_000.0,
+            step_wall_ns: 0.0,
             ceiling: None,
         };
         assert!(rule(&ctx).is_none());

@@ -350,6 +350,7 @@ mod tests {
         let ctx = Ctx {
             trace: &t,
             step_gpu_ns: 700_000.0,
+            step_wall_ns: 0.0,
             ceiling: Some(&c),
         };
         let s = rule(&ctx).unwrap();
@@ -386,6 +387,7 @@ mod tests {
         let ctx = Ctx {
             trace: &t,
             step_gpu_ns: 20e6,
+            step_wall_ns: 0.0,
             ceiling: None,
         };
         let s = rule(&ctx).unwrap();
@@ -412,6 +414,7 @@ mod tests {
         let ctx = Ctx {
             trace: &t,
             step_gpu_ns: 20e6,
+            step_wall_ns: 0.0,
             ceiling: None,
         };
         assert!(rule(&ctx).is_none());
@@ -460,6 +463,7 @@ mod tests {
         let ctx = Ctx {
             trace: &t,
             step_gpu_ns: 19.7e6,
+            step_wall_ns: 0.0,
             ceiling: None,
         };
         let s = rule(&ctx).unwrap();
@@ -480,6 +484,7 @@ mod tests {
         let ctx = Ctx {
             trace: &t,
             step_gpu_ns: 1e6,
+            step_wall_ns: 0.0,
             ceiling: None,
         };
         assert!(rule(&ctx).is_none());
@@ -494,6 +499,7 @@ mod tests {
         let ctx = Ctx {
             trace: &t,
             step_gpu_ns: 1_400_000.0,
+            step_wall_ns: 0.0,
             ceiling: None,
         };
         let s = rule(&ctx).unwrap();
@@ -503,6 +509,7 @@ mod tests {
         let ctx = Ctx {
             trace: &t,
             step_gpu_ns: 2_400_000.0,
+            step_wall_ns: 0.0,
             ceiling: None,
         };
         assert!(rule(&ctx).is_none());
@@ -524,6 +531,7 @@ mod tests {
         let ctx = Ctx {
             trace: &t,
             step_gpu_ns: 1e6,
+            step_wall_ns: 0.0,
             ceiling: None,
         };
         assert!(rule(&ctx).is_none());

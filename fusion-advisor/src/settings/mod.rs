@@ -43,6 +43,11 @@ pub struct Setting {
     pub expected_ns_per_step: f64,
     pub saving_ns_per_step: f64,
     pub saving_pct_of_step: f64,
+    /// What `saving_pct_of_step` is a share of: `gpu_time` (the step's GPU time, as the
+    /// proposals' are) or `wall_time` (the step's wall time, for a saving out of the GPU's
+    /// idle time, which the GPU time does not hold).
+    #[serde(default = "gpu_time")]
+    pub pct_of: String,
     /// How the expected time was reached, and what the estimate leaves out.
     pub estimate: String,
     /// What in the trace shows it: the kernels, ops and gaps, their counts and times.
@@ -51,11 +56,35 @@ pub struct Setting {
     pub change: String,
 }
 
+fn gpu_time() -> String {
+    "gpu_time".into()
+}
+
+impl Setting {
+    /// Gives the saving as a share of the step's wall time.
+    pub(crate) fn of_wall_time(&mut self, ctx: &Ctx) {
+        self.pct_of = "wall_time".into();
+        self.saving_pct_of_step = ctx.pct_of_wall(self.saving_ns_per_step);
+    }
+
+    /// `the step` or `the step's wall time`, for the texts beside the percentage.
+    pub fn pct_basis(&self, per: &str) -> String {
+        if self.pct_of == "wall_time" {
+            format!("the {per}'s wall time")
+        } else {
+            format!("the {per}")
+        }
+    }
+}
+
 /// What every rule reads.
 pub(crate) struct Ctx<'a> {
     pub trace: &'a OpTrace,
     /// GPU time per step (per run without steps).
     pub step_gpu_ns: f64,
+    /// Wall time per step: the steps' host windows (without steps, the devices' span), the
+    /// GPU's busy and idle time together.
+    pub step_wall_ns: f64,
     /// The ceilings the kernel estimates use (built-in for a known GPU, else the store's).
     pub ceiling: Option<&'a Ceiling>,
 }
@@ -64,6 +93,15 @@ impl Ctx<'_> {
     pub fn pct(&self, ns: f64) -> f64 {
         if self.step_gpu_ns > 0.0 {
             100.0 * ns / self.step_gpu_ns
+        } else {
+            0.0
+        }
+    }
+
+    /// `ns` as a share of the step's wall time.
+    pub fn pct_of_wall(&self, ns: f64) -> f64 {
+        if self.step_wall_ns > 0.0 {
+            100.0 * ns / self.step_wall_ns
         } else {
             0.0
         }
@@ -93,6 +131,7 @@ impl Ctx<'_> {
             expected_ns_per_step: expected,
             saving_ns_per_step: current - expected,
             saving_pct_of_step: self.pct(current - expected),
+            pct_of: gpu_time(),
             estimate: String::new(),
             evidence: Vec::new(),
             change: String::new(),
@@ -119,9 +158,20 @@ pub(crate) fn all(
     ceiling: Option<&Ceiling>,
     min_saving_pct: f64,
 ) -> Vec<Setting> {
+    let c = &trace.context;
+    let step_wall_ns = if c.windows.is_empty() {
+        c.timeline
+            .iter()
+            .map(|d| d.timeline.span_ns)
+            .max()
+            .unwrap_or(0) as f64
+    } else {
+        c.windows.iter().map(|&(s, e)| (e - s) as f64).sum::<f64>() / c.windows.len() as f64
+    };
     let ctx = Ctx {
         trace,
         step_gpu_ns,
+        step_wall_ns,
         ceiling,
     };
     let mut out: Vec<Setting> = [

@@ -289,6 +289,7 @@ mod tests {
         let ctx = Ctx {
             trace: &t,
             step_gpu_ns: 400_000.0,
+            step_wall_ns: 0.0,
             ceiling: Some(&c),
         };
         let s = rule(&ctx).expect("advice");
@@ -315,6 +316,7 @@ mod tests {
         let ctx = Ctx {
             trace: &t,
             step_gpu_ns: 400_000.0,
+            step_wall_ns: 0.0,
             ceiling: Some(&c),
         };
         assert!(rule(&ctx).is_none());
@@ -334,6 +336,7 @@ mod tests {
         let ctx = Ctx {
             trace: &t,
             step_gpu_ns: 400_000.0,
+            step_wall_ns: 0.0,
             ceiling: Some(&c),
         };
         let s = rule(&ctx).unwrap();

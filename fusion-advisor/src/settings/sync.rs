@@ -129,6 +129,7 @@ mod tests {
         let ctx = Ctx {
             trace: &t,
             step_gpu_ns: 820_000.0,
+            step_wall_ns: 0.0,
             ceiling: None,
         };
         let s = rule(&ctx).unwrap();
@@ -149,6 +150,7 @@ mod tests {
         let ctx = Ctx {
             trace: &t,
             step_gpu_ns: 900_000.0,
+            step_wall_ns: 0.0,
             ceiling: None,
         };
         assert!(rule(&ctx).is_none());

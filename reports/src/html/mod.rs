@@ -799,7 +799,14 @@ fn settings_table(h: &mut String, settings: &[fuseprof_fusion_advisor::Setting])
             num(us(s.current_ns_per_step), s.current_ns_per_step),
             num(us(s.expected_ns_per_step), s.expected_ns_per_step),
             num(us(s.saving_ns_per_step), s.saving_ns_per_step),
-            num(format!("{:.2}", s.saving_pct_of_step), s.saving_pct_of_step),
+            num(
+                if s.pct_of == "wall_time" {
+                    format!("{:.2} of wall time", s.saving_pct_of_step)
+                } else {
+                    format!("{:.2}", s.saving_pct_of_step)
+                },
+                s.saving_pct_of_step,
+            ),
             t(&s.estimate),
             t(&s.evidence.join("; ")),
         ]);
