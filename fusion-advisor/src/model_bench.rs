@@ -2036,6 +2036,7 @@ mod tests {
             expected_ns_per_step: 1e6,
             saving_ns_per_step: 1e6,
             saving_pct_of_step: 10.0,
+            pct_of: "gpu_time".into(),
             estimate: String::new(),
             evidence: Vec::new(),
             change: String::new(),
