@@ -244,6 +244,9 @@ pub(crate) struct TimelineBuilder {
     run_gap_ns: i64,
     /// Gaps inside closed launch-bound stretches.
     launch_bound_gap_ns: i64,
+    /// Where kept ([`Self::keep_stretches`]): each closed stretch's records, as positions in
+    /// the order pushed (first, one past the last).
+    stretches: Option<Vec<(u64, u64)>>,
 }
 
 impl TimelineBuilder {
@@ -269,7 +272,20 @@ impl TimelineBuilder {
             run_ns: 0,
             run_gap_ns: 0,
             launch_bound_gap_ns: 0,
+            stretches: None,
         }
+    }
+
+    /// Keeps where each launch-bound stretch lies, for [`Self::stretches`].
+    pub(crate) fn keep_stretches(mut self) -> Self {
+        self.stretches = Some(Vec::new());
+        self
+    }
+
+    /// The launch-bound stretches closed so far (with [`Self::keep_stretches`]; else none):
+    /// the positions of their records in the order pushed, first and one past the last.
+    pub(crate) fn stretches(&self) -> &[(u64, u64)] {
+        self.stretches.as_deref().unwrap_or(&[])
     }
 
     fn close_run(&mut self) {
@@ -278,6 +294,10 @@ impl TimelineBuilder {
             self.tl.launch_bound_records += self.run_len;
             self.tl.launch_bound_ns += self.run_ns;
             self.launch_bound_gap_ns += self.run_gap_ns;
+            if let Some(s) = &mut self.stretches {
+                // Called before the record that ends the run is counted.
+                s.push((self.tl.records - self.run_len, self.tl.records));
+            }
         }
         self.run_len = 0;
         self.run_ns = 0;
@@ -313,9 +333,9 @@ impl TimelineBuilder {
 
     /// The timeline, and the idle time inside its launch-bound stretches (the gaps a CUDA graph
     /// of those kernels would close).
-    pub(crate) fn finish(mut self) -> (DeviceTimeline, i64) {
+    pub(crate) fn finish(&mut self) -> (DeviceTimeline, i64) {
         self.close_run();
-        let mut tl = self.tl;
+        let mut tl = self.tl.clone();
         tl.span_ns = self.busy_end - self.first_start;
         tl.busy_ns = tl.span_ns - tl.idle_ns;
         tl.overlap_ns = self.durations - tl.busy_ns;

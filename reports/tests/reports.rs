@@ -176,9 +176,17 @@ fn every_recording_gets_every_section() {
                 text.contains(&format!("{:.2}", s.saving_pct_of_step)),
                 "{rel}"
             );
+            // Where to see it in a timeline: the worst step's window and the names.
+            let w = s.worst_step.as_ref().unwrap();
+            assert!(text.contains(&w.describe()), "{rel}: {}", w.describe());
+            for k in &s.kernels {
+                let start: String = k.chars().take(120).collect();
+                assert!(text.contains(&start), "{rel}: {k}");
+            }
         }
         if !advice.settings.is_empty() {
             assert!(text.contains("how estimated"), "{rel}");
+            assert!(text.contains("where to look"), "{rel}");
         }
         assert_eq!(
             text.contains("fused=True"),

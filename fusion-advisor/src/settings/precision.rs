@@ -12,7 +12,7 @@
 
 use fuseprof_analyzer::headroom;
 
-use super::{base, us, Ctx, Setting};
+use super::{base, us, Ctx, Finder, Setting};
 
 /// The ops whose kernels are matrix products or convolutions.
 const GEMM_OPS: &[&str] = &[
@@ -100,6 +100,8 @@ pub(super) fn rule(ctx: &Ctx) -> Option<Setting> {
     let mut no_shapes_ns = 0i64;
     let mut kernels: Vec<(String, i64)> = Vec::new();
     let mut by_op: Vec<(String, usize, f64)> = Vec::new();
+    // The estimated ops and their FP32/TF32 kernels, by step.
+    let mut find = Finder::default();
     for op in &trace.ops {
         let b = base(&op.name);
         if !GEMM_OPS.contains(&b) {
@@ -147,6 +149,8 @@ pub(super) fn rule(ctx: &Ctx) -> Option<Setting> {
         let floor_tf32 = floor(tf32_peak, est.bytes);
         let floor_fp32 = floor(fp32_peak, est.bytes);
         // Each part keeps its efficiency against its own ceiling.
+        find.at_step(op.step, (simt + tf32) as f64);
+        find.op(&op.name, simt + tf32);
         let (simt, tf32) = (simt as f64, tf32 as f64);
         now_ns += simt + tf32;
         half_ns += simt * floor_half / floor_fp32 + tf32 * floor_half / floor_tf32;
@@ -176,6 +180,10 @@ pub(super) fn rule(ctx: &Ctx) -> Option<Setting> {
         expected,
     );
     kernels.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    for (k, ns) in &kernels {
+        find.kernel(k, *ns);
+    }
+    find.fill(ctx, &mut s);
     by_op.sort_by(|a, b| b.2.total_cmp(&a.2));
     s.evidence = by_op
         .iter()
