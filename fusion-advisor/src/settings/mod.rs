@@ -182,14 +182,16 @@ impl Setting {
 
     /// Where to look in a timeline, in one line: `step 7, 1234.5-1290.2 ms: kernels A, B;
     /// ops C` (the step's window in ms from the run's first record), with at most `names`
-    /// names of each kind, each cut to `chars` characters; None where the setting has neither
-    /// a worst step nor names.
+    /// names of each kind, each without a leading `void ` and cut to `chars` characters (the
+    /// start of a name is what a timeline search needs); None where the setting has neither a
+    /// worst step nor names.
     pub fn where_to_look(&self, names: usize, chars: usize) -> Option<String> {
         let cut = |n: &String| {
+            let n = n.strip_prefix("void ").unwrap_or(n);
             if n.chars().count() > chars {
                 format!("{}...", n.chars().take(chars).collect::<String>())
             } else {
-                n.clone()
+                n.to_string()
             }
         };
         let list = |label: &str, v: &[String]| {
