@@ -472,3 +472,40 @@ pub(crate) fn module_totals(modules: &Modules, by_module: &[Acc]) -> Vec<i64> {
     }
     total
 }
+
+#[cfg(test)]
+mod tests {
+    use super::TimelineBuilder;
+
+    #[test]
+    fn kept_stretches_are_the_records_that_waited_on_their_launches() {
+        let mut tb = TimelineBuilder::new(0, 0).keep_stretches();
+        // Busy to 10 ns; three records each shorter than the gap before it (10, 15, 15 ns);
+        // then one longer than its 1 ns gap ends the stretch; two more short ones after a
+        // long record are too few to count.
+        let gaps: Vec<i64> = [
+            (0, 10),
+            (20, 5),
+            (40, 5),
+            (60, 5),
+            (66, 100),
+            (170, 1),
+            (175, 1),
+        ]
+        .iter()
+        .map(|&(s, d)| tb.push(s, d))
+        .collect();
+        assert_eq!(gaps, [0, 10, 15, 15, 1, 4, 4]);
+        let (tl, gap_ns) = tb.finish();
+        assert_eq!(tb.stretches(), [(1, 4)]);
+        assert_eq!(gap_ns, 40);
+        assert_eq!(tl.launch_bound_stretches, 1);
+        // Not kept unless asked for.
+        let mut plain = TimelineBuilder::new(0, 0);
+        for (s, d) in [(0, 10), (20, 5), (40, 5), (60, 5)] {
+            plain.push(s, d);
+        }
+        plain.finish();
+        assert!(plain.stretches().is_empty());
+    }
+}

@@ -311,6 +311,37 @@ mod tests {
         assert!((s.current_ns_per_step - 400_000.0).abs() < 1e-6);
         assert!(s.change.contains("torch.autocast") && s.change.contains("allow_tf32"));
         assert!(s.estimate.contains("TF32 alone"), "{}", s.estimate);
+        // No step windows: the names to search for, no worst step.
+        assert_eq!(s.kernels, ["ampere_sgemm_128x64_nn"]);
+        assert_eq!(s.ops, ["aten::linear"]);
+        assert!(s.worst_step.is_none());
+        assert_eq!(
+            s.where_to_look(3, 60).unwrap(),
+            "kernels ampere_sgemm_128x64_nn; ops aten::linear"
+        );
+    }
+
+    #[test]
+    fn the_step_with_the_slowest_fp32_gemms_is_where_to_look() {
+        // Two steps, one linear each (at 0 and 10 us); step 1's SGEMM takes 600 us.
+        let mut t = trace(
+            &[linear("ampere_sgemm_128x64_nn", "[\"float\", \"float\"]")],
+            2,
+            false,
+        );
+        t.context.windows = vec![(0, 10_000), (10_000, 20_000)];
+        t.ops[1].records[0].dur_ns = 600_000;
+        let c = h100();
+        let ctx = Ctx {
+            trace: &t,
+            step_gpu_ns: 500_000.0,
+            step_wall_ns: 0.0,
+            ceiling: Some(&c),
+        };
+        let s = rule(&ctx).unwrap();
+        let w = s.worst_step.unwrap();
+        assert_eq!((w.step, w.start_ns, w.end_ns), (1, 10_000, 20_000));
+        assert!((w.symptom_ns - 600_000.0).abs() < 1e-9);
     }
 
     #[test]
