@@ -133,7 +133,10 @@ enum Command {
         force: bool,
     },
     /// Write a run as Chrome-trace JSON for the Perfetto UI or chrome://tracing.
-    #[command(after_help = "Example:\n  fuseprof export run.sqlite -o trace.json")]
+    #[command(
+        after_help = "Examples:\n  fuseprof export run.sqlite -o trace.json\n  fuseprof export \
+                      run.sqlite -o trace.json --advice   # and where each setting's advice points"
+    )]
     Export {
         /// The run file to read.
         run: PathBuf,
@@ -143,6 +146,10 @@ enum Command {
         /// Replace the output file if it exists.
         #[arg(long)]
         force: bool,
+        /// Also run `advise` and mark each setting's worst step on a track named "fuseprof
+        /// advice" (costs an analysis of the run).
+        #[arg(long)]
+        advice: bool,
     },
     /// Break a run into operators and modules, attribute every kernel to the op that launched
     /// it, classify kernels, find the repeating step, and rank hotspots with their headroom.
@@ -649,9 +656,25 @@ fn run(command: Command) -> Result<ExitCode> {
             }
             keep_summaries(&output);
         }
-        Command::Export { run, output, force } => {
+        Command::Export {
+            run,
+            output,
+            force,
+            advice,
+        } => {
+            let marks = if advice {
+                match fuseprof_fusion_advisor::advise_file(&run, &Default::default()) {
+                    Ok(a) => fuseprof_reports::chrome::advice_marks(&a.settings),
+                    Err(e) => {
+                        note!("no advice to mark: {e}");
+                        Vec::new()
+                    }
+                }
+            } else {
+                Vec::new()
+            };
             let mut store = Store::open(&run)?;
-            let s = fuseprof_reports::chrome::export(&mut store, &output, force)
+            let s = fuseprof_reports::chrome::export_marked(&mut store, &output, force, &marks)
                 .with_context(|| format!("cannot export {}", run.display()))?;
             note!(
                 "wrote {} events ({} launch flows) to {}",

@@ -244,6 +244,9 @@ pub(crate) struct TimelineBuilder {
     run_gap_ns: i64,
     /// Gaps inside closed launch-bound stretches.
     launch_bound_gap_ns: i64,
+    /// Where kept ([`Self::keep_stretches`]): each closed stretch's records, as positions in
+    /// the order pushed (first, one past the last).
+    stretches: Option<Vec<(u64, u64)>>,
 }
 
 impl TimelineBuilder {
@@ -269,7 +272,20 @@ impl TimelineBuilder {
             run_ns: 0,
             run_gap_ns: 0,
             launch_bound_gap_ns: 0,
+            stretches: None,
         }
+    }
+
+    /// Keeps where each launch-bound stretch lies, for [`Self::stretches`].
+    pub(crate) fn keep_stretches(mut self) -> Self {
+        self.stretches = Some(Vec::new());
+        self
+    }
+
+    /// The launch-bound stretches closed so far (with [`Self::keep_stretches`]; else none):
+    /// the positions of their records in the order pushed, first and one past the last.
+    pub(crate) fn stretches(&self) -> &[(u64, u64)] {
+        self.stretches.as_deref().unwrap_or(&[])
     }
 
     fn close_run(&mut self) {
@@ -278,6 +294,10 @@ impl TimelineBuilder {
             self.tl.launch_bound_records += self.run_len;
             self.tl.launch_bound_ns += self.run_ns;
             self.launch_bound_gap_ns += self.run_gap_ns;
+            if let Some(s) = &mut self.stretches {
+                // Called before the record that ends the run is counted.
+                s.push((self.tl.records - self.run_len, self.tl.records));
+            }
         }
         self.run_len = 0;
         self.run_ns = 0;
@@ -313,9 +333,9 @@ impl TimelineBuilder {
 
     /// The timeline, and the idle time inside its launch-bound stretches (the gaps a CUDA graph
     /// of those kernels would close).
-    pub(crate) fn finish(mut self) -> (DeviceTimeline, i64) {
+    pub(crate) fn finish(&mut self) -> (DeviceTimeline, i64) {
         self.close_run();
-        let mut tl = self.tl;
+        let mut tl = self.tl.clone();
         tl.span_ns = self.busy_end - self.first_start;
         tl.busy_ns = tl.span_ns - tl.idle_ns;
         tl.overlap_ns = self.durations - tl.busy_ns;
@@ -451,4 +471,41 @@ pub(crate) fn module_totals(modules: &Modules, by_module: &[Acc]) -> Vec<i64> {
         }
     }
     total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::TimelineBuilder;
+
+    #[test]
+    fn kept_stretches_are_the_records_that_waited_on_their_launches() {
+        let mut tb = TimelineBuilder::new(0, 0).keep_stretches();
+        // Busy to 10 ns; three records each shorter than the gap before it (10, 15, 15 ns);
+        // then one longer than its 1 ns gap ends the stretch; two more short ones after a
+        // long record are too few to count.
+        let gaps: Vec<i64> = [
+            (0, 10),
+            (20, 5),
+            (40, 5),
+            (60, 5),
+            (66, 100),
+            (170, 1),
+            (175, 1),
+        ]
+        .iter()
+        .map(|&(s, d)| tb.push(s, d))
+        .collect();
+        assert_eq!(gaps, [0, 10, 15, 15, 1, 4, 4]);
+        let (tl, gap_ns) = tb.finish();
+        assert_eq!(tb.stretches(), [(1, 4)]);
+        assert_eq!(gap_ns, 40);
+        assert_eq!(tl.launch_bound_stretches, 1);
+        // Not kept unless asked for.
+        let mut plain = TimelineBuilder::new(0, 0);
+        for (s, d) in [(0, 10), (20, 5), (40, 5), (60, 5)] {
+            plain.push(s, d);
+        }
+        plain.finish();
+        assert!(plain.stretches().is_empty());
+    }
 }

@@ -69,8 +69,8 @@ pub use report::render_text;
 pub use scope::{analyze_step_with_op_tree, LongRange, OpenRanges, Scoped};
 pub use steps::StepSource;
 pub use trace::{
-    op_trace, DeviceIdle, GpuRecord, HostCopy, HostSpan, LaunchGap, OpInstance, OpTrace,
-    TraceContext,
+    op_trace, DeviceIdle, GpuRecord, HostCopy, HostSpan, LaunchGap, LaunchStretch, OpInstance,
+    OpTrace, TraceContext,
 };
 
 use attribution::{Item, FLAG_NO_LAUNCH, KIND_KERNEL, KIND_MEMCPY, KIND_MEMSET};

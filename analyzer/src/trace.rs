@@ -133,6 +133,9 @@ pub struct TraceContext {
     /// Host ranges in scope (ops, modules and other user ranges; step annotations left out):
     /// what the tracer recorded on the host besides the API calls.
     pub host_ranges: u64,
+    /// The run's first record's start (over every record, in scope or not): the zero of a
+    /// timeline of the run (Perfetto, `fuseprof export`).
+    pub origin_ns: i64,
 }
 
 /// The host time between two consecutive kernel launch calls on one thread.
@@ -163,6 +166,24 @@ pub struct DeviceIdle {
     /// Gaps inside the launch-bound stretches of [`DeviceTimeline::launch_bound_ns`]: what the
     /// GPU would not wait if the stretches' kernels were launched at once (a CUDA graph).
     pub launch_bound_gap_ns: i64,
+    /// Each launch-bound stretch, in order: where to see it in a timeline.
+    pub stretches: Vec<LaunchStretch>,
+    /// The kernels in the stretches (each one waited on its launch) with the idle time
+    /// before them, most first; at most [`LAUNCH_BOUND_KERNELS`].
+    pub launch_bound_kernels: Vec<(String, i64)>,
+}
+
+/// The most kernel names [`DeviceIdle::launch_bound_kernels`] keeps.
+pub const LAUNCH_BOUND_KERNELS: usize = 8;
+
+/// One launch-bound stretch of a device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchStretch {
+    /// From the end of the work before its first gap to its last record's end.
+    pub start_ns: i64,
+    pub end_ns: i64,
+    /// The idle gaps inside it.
+    pub gap_ns: i64,
 }
 
 /// A span of host time: a range or an API call.
@@ -400,15 +421,42 @@ pub fn op_trace(store: &mut Store, cfg: &AnalyzeConfig) -> Result<OpTrace> {
     let mut i = 0;
     while i < scoped.len() {
         let device = scoped[i].device;
-        let mut tb = TimelineBuilder::new(loaded.devices[device as usize], scoped[i].start_ns);
+        let mut tb = TimelineBuilder::new(loaded.devices[device as usize], scoped[i].start_ns)
+            .keep_stretches();
+        let first = i;
+        // The idle gap before each of the device's records.
+        let mut gaps = Vec::new();
         while i < scoped.len() && scoped[i].device == device {
-            tb.push(scoped[i].start_ns, scoped[i].dur_ns);
+            gaps.push(tb.push(scoped[i].start_ns, scoped[i].dur_ns));
             i += 1;
         }
         let (timeline_of, launch_bound_gap_ns) = tb.finish();
+        let mut stretches = Vec::new();
+        let mut waited: std::collections::HashMap<u32, i64> = Default::default();
+        for &(a, b) in tb.stretches() {
+            let (a, b) = (a as usize, b as usize);
+            let records = &scoped[first + a..first + b];
+            let last = records[records.len() - 1];
+            stretches.push(LaunchStretch {
+                start_ns: records[0].start_ns - gaps[a],
+                end_ns: last.start_ns + last.dur_ns,
+                gap_ns: gaps[a..b].iter().sum(),
+            });
+            for (it, gap) in records.iter().zip(&gaps[a..b]) {
+                *waited.entry(it.name).or_default() += gap;
+            }
+        }
+        let mut launch_bound_kernels: Vec<(String, i64)> = waited
+            .into_iter()
+            .map(|(id, ns)| (names.get(id).to_string(), ns))
+            .collect();
+        launch_bound_kernels.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        launch_bound_kernels.truncate(LAUNCH_BOUND_KERNELS);
         timeline.push(DeviceIdle {
             timeline: timeline_of,
             launch_bound_gap_ns,
+            stretches,
+            launch_bound_kernels,
         });
     }
     scoped.sort_by_key(|it| it.start_ns);
@@ -546,7 +594,9 @@ pub fn op_trace(store: &mut Store, cfg: &AnalyzeConfig) -> Result<OpTrace> {
     host_copies.sort_by_key(|c| c.start_ns);
     let mut hint = 0;
     host_copies.retain(|c| in_scope(c.start_ns, &mut hint).is_some());
+    let origin_ns = store.span()?.0.unwrap_or(0);
     let context = TraceContext {
+        origin_ns,
         host_copies,
         launch_call_ns,
         launch_host_gaps,

@@ -41,7 +41,7 @@ mod progress;
 mod render;
 mod rules;
 mod settings;
-pub use settings::Setting;
+pub use settings::{Setting, WorstStep, MAX_NAMES as SETTING_MAX_NAMES};
 pub mod steps;
 
 use std::collections::{BTreeMap, HashMap};

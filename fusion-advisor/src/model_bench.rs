@@ -2040,6 +2040,9 @@ mod tests {
             estimate: String::new(),
             evidence: Vec::new(),
             change: String::new(),
+            worst_step: None,
+            kernels: Vec::new(),
+            ops: Vec::new(),
             rank: 1,
         }]);
         advised.apply = vec!["autocast_bf16".into(), "window_attention".into()];
@@ -2075,6 +2078,9 @@ mod tests {
             estimate: String::new(),
             evidence: Vec::new(),
             change: String::new(),
+            worst_step: None,
+            kernels: Vec::new(),
+            ops: Vec::new(),
             rank: 1,
         };
         let chosen = choose_settings(&[setting("precision-bf16"), setting("sync-in-step")]);

@@ -94,6 +94,9 @@ pub fn render_text(a: &Advice, top: usize) -> String {
                 "    ",
                 100,
             );
+            if let Some(see) = s.where_to_look(2, 48) {
+                wrap(&mut o, &format!("see {see}"), "    ", 100);
+            }
         }
     }
     let t = &a.totals;

@@ -1129,6 +1129,111 @@ fn every_rule_over_every_committed_recording_is_silent_or_shows_its_symptom() {
     }
 }
 
+/// Every setting a real recording fires says where to look: its worst step is one of the run's
+/// step windows, on the run's clock and in ms from the run's first record (the export's
+/// origin), holding at least the mean per step of what the rule counts; and the names a
+/// timeline search needs are ones the run recorded.
+#[test]
+fn every_setting_of_a_real_recording_names_its_worst_step_and_what_to_search() {
+    let mut fired: Vec<String> = Vec::new();
+    let mut all = recordings();
+    all.push("kineto/hta_timeline_analysis_sampled_rank-0.json.gz".into());
+    for rel in all {
+        if expected_settings(&rel).is_none() {
+            continue;
+        }
+        let path = store_for(&rel);
+        let a = advise(&path).unwrap();
+        let mut store = fuseprof_store::Store::open(&path).unwrap();
+        let first_ns = store.info().unwrap().first_ns.unwrap();
+        let t = fuseprof_analyzer::op_trace(&mut store, &Default::default()).unwrap();
+        let c = &t.context;
+        assert_eq!(c.origin_ns, first_ns, "{rel}");
+        // Every name the run recorded that a rule could name.
+        let mut known: std::collections::HashSet<&str> =
+            t.kernel_names.iter().map(String::as_str).collect();
+        known.extend(t.ops.iter().map(|o| o.name.as_str()));
+        known.extend(c.annotations.iter().map(|a| a.name.as_str()));
+        known.extend(c.syncs.iter().map(|s| s.name.as_str()));
+        known.extend(c.syncs.iter().filter_map(|s| s.op.as_deref()));
+        known.extend(
+            c.timeline
+                .iter()
+                .flat_map(|d| d.launch_bound_kernels.iter().map(|k| k.0.as_str())),
+        );
+        known.insert("Memcpy HtoD (Pageable -> Device)");
+        for s in &a.settings {
+            fired.push(s.id.clone());
+            let w = s
+                .worst_step
+                .as_ref()
+                .unwrap_or_else(|| panic!("{rel} {s:#?}"));
+            assert_eq!(c.windows[w.step], (w.start_ns, w.end_ns), "{rel} {}", s.id);
+            assert!((w.start_ms - (w.start_ns - first_ns) as f64 / 1e6).abs() < 1e-9);
+            assert!((w.end_ms - (w.end_ns - first_ns) as f64 / 1e6).abs() < 1e-9);
+            // The worst step holds at least the mean; the launch rule counts the gaps of the
+            // stretches (its current time holds their kernels too).
+            let mean = if s.id == "launch-cuda-graphs" {
+                s.saving_ns_per_step.min(w.symptom_ns)
+            } else {
+                s.current_ns_per_step
+            };
+            assert!(w.symptom_ns >= mean - 1.0, "{rel} {}: {w:?}", s.id);
+            let (kernels, ops) = match s.id.as_str() {
+                "sync-in-step" => (false, true),
+                "input-pipeline" => (true, true),
+                "launch-cuda-graphs" => (true, false),
+                _ => (true, true),
+            };
+            assert_eq!(!s.kernels.is_empty(), kernels, "{rel} {s:#?}");
+            assert_eq!(!s.ops.is_empty(), ops, "{rel} {s:#?}");
+            for n in s.kernels.iter().chain(&s.ops) {
+                assert!(known.contains(n.as_str()), "{rel} {}: {n}", s.id);
+            }
+            let see = s.where_to_look(3, 60).unwrap();
+            assert!(see.starts_with(&format!("step {}, ", w.step)), "{see}");
+        }
+    }
+    fired.sort_unstable();
+    fired.dedup();
+    assert_eq!(
+        fired,
+        [
+            "conv-channels-last",
+            "handwritten-norms",
+            "input-pipeline",
+            "launch-cuda-graphs",
+            "optimizer-fused",
+            "precision-bf16",
+            "sync-in-step"
+        ]
+    );
+}
+
+/// The Swin-T training step's optimizer: its worst step's names are the foreach ops and the
+/// kernels they launch, which a timeline search finds.
+#[test]
+fn the_foreach_optimizer_names_its_ops_and_kernels() {
+    let a = advise(&store_for("recordings/swin_t_train_step_shapes.sqlite.gz")).unwrap();
+    let s = setting(&a, "optimizer-fused");
+    assert!(s
+        .ops
+        .iter()
+        .all(|o| o.contains("_foreach_") || o.contains("_amp_")));
+    assert!(
+        s.kernels.iter().any(|k| k.contains("multi_tensor_apply")),
+        "{:?}",
+        s.kernels
+    );
+    let s = setting(&a, "sync-in-step");
+    assert_eq!(
+        s.ops[..2],
+        ["aten::item", "cudaStreamSynchronize"],
+        "{:?}",
+        s.ops
+    );
+}
+
 fn setting<'a>(a: &'a Advice, id: &str) -> &'a fuseprof_fusion_advisor::Setting {
     a.settings
         .iter()

@@ -17,6 +17,47 @@ use serde_json::json;
 
 /// Process id given to GPU `n` in the export: far above real pids.
 pub const GPU_PID_BASE: i64 = 1 << 40;
+/// Process id of the "fuseprof advice" track ([`export_marked`]): above every GPU's.
+pub const ADVICE_PID: i64 = 1 << 41;
+/// The name of the advice track's process.
+pub const ADVICE_TRACK: &str = "fuseprof advice";
+
+/// A time range to point a user at: one slice on the advice track, on a row named `row`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Mark {
+    pub row: String,
+    pub name: String,
+    pub start_ns: i64,
+    pub end_ns: i64,
+    /// Shown with the slice in Perfetto's details.
+    pub args: serde_json::Value,
+}
+
+/// One mark per setting with a worst step: the step's window, named after the setting and
+/// step, on a row of the setting's own (several settings may share a step), with the saving
+/// and the names to search for as its details.
+pub fn advice_marks(settings: &[fuseprof_fusion_advisor::Setting]) -> Vec<Mark> {
+    settings
+        .iter()
+        .filter_map(|s| {
+            let w = s.worst_step.as_ref()?;
+            Some(Mark {
+                row: s.id.clone(),
+                name: format!("{}: step {}", s.id, w.step),
+                start_ns: w.start_ns,
+                end_ns: w.end_ns,
+                args: json!({
+                    "title": s.title,
+                    "change": s.change,
+                    "saving_ns_per_step": s.saving_ns_per_step,
+                    "symptom_ns_in_step": w.symptom_ns,
+                    "kernels": s.kernels,
+                    "ops": s.ops,
+                }),
+            })
+        })
+        .collect()
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
@@ -67,11 +108,22 @@ pub fn export(
     path: &Path,
     overwrite: bool,
 ) -> Result<ExportSummary, ExportError> {
+    export_marked(store, path, overwrite, &[])
+}
+
+/// [`export`], with `marks` as slices on a track of their own named [`ADVICE_TRACK`] (one row
+/// per [`Mark::row`]), so that the ranges the advice points at show beside the run.
+pub fn export_marked(
+    store: &mut Store,
+    path: &Path,
+    overwrite: bool,
+    marks: &[Mark],
+) -> Result<ExportSummary, ExportError> {
     if !overwrite && path.exists() {
         return Err(ExportError::Exists(path.into()));
     }
     let tmp = tmp_name(path);
-    let result = write_trace(store, &tmp);
+    let result = write_trace(store, &tmp, marks);
     match result {
         Ok(summary) => {
             std::fs::rename(&tmp, path).map_err(|source| ExportError::Io {
@@ -136,7 +188,11 @@ fn write_counters(store: &mut Store, out: &mut Out) -> Result<Vec<i64>, CounterE
     Ok(devices)
 }
 
-fn write_trace(store: &mut Store, tmp: &Path) -> Result<ExportSummary, ExportError> {
+fn write_trace(
+    store: &mut Store,
+    tmp: &Path,
+    marks: &[Mark],
+) -> Result<ExportSummary, ExportError> {
     let io = |source| ExportError::Io {
         path: tmp.into(),
         error: source,
@@ -343,6 +399,32 @@ fn write_trace(store: &mut Store, tmp: &Path) -> Result<ExportSummary, ExportErr
     for (d, s) in keys {
         out.event(json!({"ph":"M","name":"thread_name","pid":GPU_PID_BASE + d,"tid":s,"args":{"name":format!("stream {s}")}}))
             .map_err(io)?;
+    }
+    if !marks.is_empty() {
+        out.event(json!({"ph":"M","name":"process_name","pid":ADVICE_PID,"tid":0,"args":{"name":ADVICE_TRACK}}))
+            .map_err(io)?;
+        // Above the run's own processes in Perfetto's list.
+        out.event(json!({"ph":"M","name":"process_sort_index","pid":ADVICE_PID,"tid":0,"args":{"sort_index":-1}}))
+            .map_err(io)?;
+        let mut rows: Vec<&str> = Vec::new();
+        for m in marks {
+            let tid = match rows.iter().position(|r| *r == m.row) {
+                Some(i) => i,
+                None => {
+                    rows.push(&m.row);
+                    out.event(json!({"ph":"M","name":"thread_name","pid":ADVICE_PID,
+                        "tid":rows.len() - 1,"args":{"name":m.row}}))
+                        .map_err(io)?;
+                    rows.len() - 1
+                }
+            };
+            out.event(
+                json!({"ph":"X","cat":"fuseprof_advice","name":m.name,"pid":ADVICE_PID,
+                "tid":tid,"ts":out.us(m.start_ns),"dur":(m.end_ns - m.start_ns).max(0) as f64 / 1e3,
+                "args":m.args}),
+            )
+            .map_err(io)?;
+        }
     }
     let events = out.events;
     let other =

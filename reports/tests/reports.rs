@@ -176,9 +176,18 @@ fn every_recording_gets_every_section() {
                 text.contains(&format!("{:.2}", s.saving_pct_of_step)),
                 "{rel}"
             );
+            // Where to see it in a timeline: the worst step's window and the names.
+            let w = s.worst_step.as_ref().unwrap();
+            assert!(text.contains(&w.describe()), "{rel}: {}", w.describe());
+            for k in &s.kernels {
+                let k = k.strip_prefix("void ").unwrap_or(k);
+                let start: String = k.chars().take(120).collect();
+                assert!(text.contains(&start), "{rel}: {k}");
+            }
         }
         if !advice.settings.is_empty() {
             assert!(text.contains("how estimated"), "{rel}");
+            assert!(text.contains("where to look"), "{rel}");
         }
         assert_eq!(
             text.contains("fused=True"),
@@ -988,6 +997,56 @@ fn export_writes_counter_tracks() {
             ("l2_hit_pct (percent)".into(), 0.0, 75.0),
         ]
     );
+}
+
+/// The advice track of an export: each setting's worst step as a slice on a row of its own,
+/// in the export's microseconds from the run's first record, which are the setting's
+/// `start_ms` and `end_ms`; an export without marks has no such track.
+#[test]
+fn an_export_marks_where_each_setting_points() {
+    use fuseprof_reports::chrome;
+    use fuseprof_store::Store;
+    let run = recording("recordings/swin_t_train_step_shapes.sqlite.gz");
+    let advice = fuseprof_fusion_advisor::advise_file(&run, &Default::default()).unwrap();
+    let marks = chrome::advice_marks(&advice.settings);
+    assert_eq!(marks.len(), advice.settings.len());
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("trace.json");
+    chrome::export_marked(&mut Store::open(&run).unwrap(), &out, false, &marks).unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let events = doc["traceEvents"].as_array().unwrap();
+    let on_track: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["pid"] == chrome::ADVICE_PID)
+        .collect();
+    assert!(on_track
+        .iter()
+        .any(|e| e["name"] == "process_name" && e["args"]["name"] == chrome::ADVICE_TRACK));
+    for s in &advice.settings {
+        let w = s.worst_step.as_ref().unwrap();
+        let row = on_track
+            .iter()
+            .find(|e| e["name"] == "thread_name" && e["args"]["name"] == s.id.as_str())
+            .unwrap_or_else(|| panic!("no row for {}", s.id));
+        let slice = on_track
+            .iter()
+            .find(|e| e["ph"] == "X" && e["tid"] == row["tid"])
+            .unwrap();
+        assert_eq!(slice["name"], format!("{}: step {}", s.id, w.step));
+        let ts = slice["ts"].as_f64().unwrap();
+        let dur = slice["dur"].as_f64().unwrap();
+        assert!((ts - w.start_ms * 1e3).abs() < 1e-3, "{ts} {w:?}");
+        assert!((ts + dur - w.end_ms * 1e3).abs() < 1e-3, "{dur} {w:?}");
+        assert_eq!(slice["args"]["kernels"], serde_json::json!(s.kernels));
+    }
+    let plain = dir.path().join("plain.json");
+    chrome::export(&mut Store::open(&run).unwrap(), &plain, false).unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&plain).unwrap()).unwrap();
+    assert!(doc["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|e| e["pid"] != chrome::ADVICE_PID));
 }
 
 /// A copy of a recording with hardware counters as `collect --metrics memory` records them:

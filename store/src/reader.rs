@@ -673,6 +673,15 @@ impl Store {
             .collect())
     }
 
+    /// The earliest start and the latest end over every record (kernels, copies, API calls,
+    /// ranges), on the run's clock: the span a timeline of the run shows, whose start is its
+    /// zero (`fuseprof export`'s origin).
+    pub fn span(&mut self) -> Result<(Option<i64>, Option<i64>)> {
+        Ok(self
+            .rt
+            .block_on(sqlx::query_as(SPAN_SQL).fetch_one(&mut self.conn))?)
+    }
+
     pub fn info(&mut self) -> Result<Info> {
         let run = self.run()?;
         let meta = self.meta()?;

@@ -126,6 +126,9 @@ pub struct TreeState {
     pub cursor: usize,
 }
 
+/// The settings the advisor view shows above the proposals, at most.
+pub const ADVISOR_SETTINGS: usize = 5;
+
 pub struct App {
     pub runs: Vec<RunState>,
     pub view: View,
@@ -152,7 +155,8 @@ pub struct App {
     pub help: bool,
     /// Which diff table the diff view shows: ops, shapes, kernels.
     pub diff_table: usize,
-    /// The selected proposal in the advisor view.
+    /// The selected row in the advisor view: the settings shown (at most
+    /// [`ADVISOR_SETTINGS`]) first, then the proposals.
     pub advisor_row: usize,
     pub message: String,
     pub quit: bool,
@@ -913,14 +917,19 @@ impl App {
             return;
         };
         let advice = advice.clone();
-        let n = advice.proposals.len();
+        let settings = advice.settings.len().min(ADVISOR_SETTINGS);
+        let n = settings + advice.proposals.len();
         match k.code {
             KeyCode::Char('j') | KeyCode::Down if self.advisor_row + 1 < n => self.advisor_row += 1,
             KeyCode::Char('k') | KeyCode::Up => {
                 self.advisor_row = self.advisor_row.saturating_sub(1)
             }
+            KeyCode::Enter if self.advisor_row < settings => {
+                let st = &advice.settings[self.advisor_row];
+                self.show_setting(st);
+            }
             KeyCode::Enter => {
-                let Some(p) = advice.proposals.get(self.advisor_row) else {
+                let Some(p) = advice.proposals.get(self.advisor_row - settings) else {
                     return;
                 };
                 // The chain's instances are those of its first op with its shapes.
@@ -935,6 +944,25 @@ impl App {
             }
             _ => {}
         }
+    }
+
+    /// Shows a setting's worst step on the timeline: the step where its symptom costs most.
+    fn show_setting(&mut self, st: &fuseprof_fusion_advisor::Setting) {
+        let Some(w) = &st.worst_step else {
+            self.message = format!("{}: the run has no steps to show", st.id);
+            return;
+        };
+        let o = self.offsets[0];
+        let pad = (w.end_ns - w.start_ns) / 50;
+        self.set_window(w.start_ns - pad - o, w.end_ns + pad - o);
+        self.selection = None;
+        self.view = View::Timeline;
+        self.message = format!(
+            "{}: {}, {} of it",
+            st.id,
+            w.describe(),
+            dur(w.symptom_ns as i64)
+        );
     }
 
     /// The instances of a hotspot row (`key` is the row's name, `detail` its shapes).

@@ -8,7 +8,7 @@ use ratatui::text::{Line, Span as TSpan};
 use ratatui::widgets::{Block, Borders, Clear, Paragraph, Wrap};
 use ratatui::Frame;
 
-use crate::app::{App, Input, View};
+use crate::app::{App, Input, View, ADVISOR_SETTINGS};
 use crate::format::{count, dur, fit, nice_step, short_kernel, tick};
 use crate::model::*;
 use crate::rows;
@@ -467,9 +467,6 @@ fn draw_details(f: &mut Frame, app: &App, area: Rect, full: bool) {
     );
 }
 
-/// The settings the advisor shows above the proposals, at most.
-const ADVISOR_SETTINGS: usize = 5;
-
 /// `fuseprof advise` on the first run: the settings that come before kernels (each with its
 /// place among settings and proposals by saving, and its one-line change), then the proposals
 /// ranked by saving, with what `bench` measured, and the selected one's chain, estimate and
@@ -505,6 +502,10 @@ fn draw_advisor(f: &mut Frame, app: &mut App, area: Rect) {
     };
     let per = if advice.run.steps == 0 { "run" } else { "step" };
     let t = &advice.totals;
+    // One cursor over the settings shown, then the proposals.
+    let shown = advice.settings.len().min(ADVISOR_SETTINGS);
+    let rows_n = shown + advice.proposals.len();
+    app.advisor_row = app.advisor_row.min(rows_n.saturating_sub(1));
     f.render_widget(
         Paragraph::new(vec![
             Line::from(format!(
@@ -520,8 +521,8 @@ fn draw_advisor(f: &mut Frame, app: &mut App, area: Rect) {
             )),
             Line::from(TSpan::styled(
                 format!(
-                    " j/k proposal  Enter: its instances on the timeline (n/N)   {} matched but \
-                     not proposed, {} fusable without a bundled kernel (fuseprof advise lists them)",
+                    " j/k select  Enter: show it on the timeline (n/N: instances)   {} matched \
+                     but not proposed, {} fusable without a bundled kernel (fuseprof advise lists them)",
                     advice.not_proposed.len(),
                     advice.unbundled.len()
                 ),
@@ -540,15 +541,23 @@ fn draw_advisor(f: &mut Frame, app: &mut App, area: Rect) {
             ),
             Style::new().add_modifier(Modifier::BOLD),
         ))];
-        for st in advice.settings.iter().take(ADVISOR_SETTINGS) {
-            lines.push(Line::from(format!(
-                "{:>3} {:<id_w$} {:>9} {:>9} {:>7.2}  {}",
-                st.rank,
-                fit(&st.id, id_w),
-                dur(st.current_ns_per_step as i64),
-                dur(st.saving_ns_per_step as i64),
-                st.saving_pct_of_step,
-                st.title
+        for (i, st) in advice.settings.iter().take(ADVISOR_SETTINGS).enumerate() {
+            let style = if i == app.advisor_row {
+                Style::new().add_modifier(Modifier::REVERSED)
+            } else {
+                Style::new()
+            };
+            lines.push(Line::from(TSpan::styled(
+                format!(
+                    "{:>3} {:<id_w$} {:>9} {:>9} {:>7.2}  {}",
+                    st.rank,
+                    fit(&st.id, id_w),
+                    dur(st.current_ns_per_step as i64),
+                    dur(st.saving_ns_per_step as i64),
+                    st.saving_pct_of_step,
+                    st.title
+                ),
+                style,
             )));
             lines.push(Line::from(TSpan::styled(
                 format!("    change: {}", st.change),
@@ -566,9 +575,13 @@ fn draw_advisor(f: &mut Frame, app: &mut App, area: Rect) {
                 .block(Block::default().borders(Borders::TOP)),
             table,
         );
+        if app.advisor_row < shown {
+            setting_details(f, &advice.settings[app.advisor_row], detail);
+        }
         return;
     }
-    app.advisor_row = app.advisor_row.min(advice.proposals.len() - 1);
+    // The selected proposal (None while a setting is selected).
+    let selected = app.advisor_row.checked_sub(shown);
     let w = table.width as usize;
     let id_w = w.saturating_sub(8 + 10 * 4 + 8 + 12).max(12);
     let mut lines = vec![Line::from(TSpan::styled(
@@ -579,7 +592,7 @@ fn draw_advisor(f: &mut Frame, app: &mut App, area: Rect) {
         Style::new().add_modifier(Modifier::BOLD),
     ))];
     let rows = table.height.saturating_sub(2) as usize;
-    let first = app.advisor_row.saturating_sub(rows.saturating_sub(1));
+    let first = selected.unwrap_or(0).saturating_sub(rows.saturating_sub(1));
     for (i, p) in advice.proposals.iter().enumerate().skip(first).take(rows) {
         let measured = match &p.measured {
             Some(m) if m.status == "passed" => {
@@ -593,7 +606,7 @@ fn draw_advisor(f: &mut Frame, app: &mut App, area: Rect) {
             Some(m) => m.status.to_uppercase(),
             None => "-".into(),
         };
-        let style = if i == app.advisor_row {
+        let style = if Some(i) == selected {
             Style::new().add_modifier(Modifier::REVERSED)
         } else {
             Style::new()
@@ -618,7 +631,11 @@ fn draw_advisor(f: &mut Frame, app: &mut App, area: Rect) {
         Paragraph::new(lines).block(Block::default().borders(Borders::TOP)),
         table,
     );
-    let p = &advice.proposals[app.advisor_row];
+    let Some(selected) = selected else {
+        setting_details(f, &advice.settings[app.advisor_row], detail);
+        return;
+    };
+    let p = &advice.proposals[selected];
     let mut text = vec![
         Line::from(TSpan::styled(
             format!(" {}  [{} {}]", p.title, p.shape, p.dtype),
@@ -646,6 +663,44 @@ fn draw_advisor(f: &mut Frame, app: &mut App, area: Rect) {
             .wrap(Wrap { trim: false })
             .block(Block::default().borders(Borders::TOP)),
         detail,
+    );
+}
+
+/// The selected setting's details: where to see it in a timeline (its worst step's window on
+/// the run's clock and in ms from the run's start, the names to search for), how its saving
+/// was estimated and the evidence.
+fn setting_details(f: &mut Frame, st: &fuseprof_fusion_advisor::Setting, area: Rect) {
+    let mut text = vec![Line::from(TSpan::styled(
+        format!(" {}", st.title),
+        Style::new().add_modifier(Modifier::BOLD),
+    ))];
+    text.push(Line::from(match &st.worst_step {
+        Some(w) => format!(
+            " worst: {} from the run's start ({} of it)  Enter: show it on the timeline",
+            w.describe(),
+            dur(w.symptom_ns as i64)
+        ),
+        None => " worst: the run has no steps".into(),
+    }));
+    for (label, names) in [("kernels", &st.kernels), ("ops", &st.ops)] {
+        // One line each, long templates cut: their start is what a timeline search needs.
+        for n in names {
+            let w = (area.width as usize).saturating_sub(label.len() + 3);
+            text.push(Line::from(format!(
+                " {label}: {}",
+                fit(n.trim_start_matches("void "), w)
+            )));
+        }
+    }
+    text.push(Line::from(format!(" estimate: {}", st.estimate)));
+    for e in &st.evidence {
+        text.push(Line::from(format!(" evidence: {e}")));
+    }
+    f.render_widget(
+        Paragraph::new(text)
+            .wrap(Wrap { trim: false })
+            .block(Block::default().borders(Borders::TOP)),
+        area,
     );
 }
 
@@ -996,7 +1051,7 @@ fn draw_help(f: &mut Frame, area: Rect) {
         " Find       / search kernel and range names   n / N next / previous instance",
         " Hotspots   h/l table  j/k row  s sort column  r reverse  f filter  Enter: instances on the timeline",
         " Tree       Enter/l expand   h collapse   g instances on the timeline",
-        " Advisor    j/k proposal   Enter: the chain's instances on the timeline   Tab cycles views",
+        " Advisor    j/k row   Enter: a setting's worst step, a proposal's instances   Tab cycles views",
         "            q quit   ? this help (any key closes it)",
         "",
         " Lanes with · are still being read; ≈ sampled in the status line: columns estimated from samples",

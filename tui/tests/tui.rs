@@ -529,7 +529,6 @@ fn the_advisor_view_lists_proposals_and_enter_jumps_to_their_instances() {
     assert!(s.contains("6 Advisor"), "{s}");
     assert!(s.contains("proposals cover"), "{s}");
     assert!(s.contains("wattn-4096x3x49x32-shifted"), "{s}");
-    assert!(s.contains("call: out = fk.attention(qkv, heads=3"), "{s}");
     // The settings before kernels, each with its rank among settings and proposals and its
     // change: this recording is launch-bound under the tracer.
     assert!(
@@ -538,8 +537,35 @@ fn the_advisor_view_lists_proposals_and_enter_jumps_to_their_instances() {
     );
     assert!(s.contains("launch-cuda-graphs"), "{s}");
     assert!(s.contains("change: model = torch.compile(model"), "{s}");
+    // The setting comes first and is selected: its details say where to look, and Enter
+    // shows its worst step on the timeline.
+    let st = match a.runs[0].advice() {
+        fuseprof_tui::run::AdviceState::Ready(adv) => adv.settings[0].clone(),
+        _ => panic!("no advice"),
+    };
+    let w = st.worst_step.clone().unwrap();
+    assert!(s.contains(&format!(" worst: {}", w.describe())), "{s}");
+    key(&mut a, KeyCode::Enter);
+    assert_eq!(a.view, View::Timeline, "{}", a.message);
+    let o = a.offsets[0];
+    assert!(
+        a.from_ns <= w.start_ns - o && a.to_ns >= w.end_ns - o,
+        "{} {} {w:?}",
+        a.from_ns,
+        a.to_ns
+    );
+    assert!(a.to_ns - a.from_ns < 2 * (w.end_ns - w.start_ns));
+    assert!(
+        a.message.starts_with("launch-cuda-graphs: step"),
+        "{}",
+        a.message
+    );
+    key(&mut a, KeyCode::Char('6'));
     key(&mut a, KeyCode::Char('j'));
-    assert_eq!(a.advisor_row, 1);
+    key(&mut a, KeyCode::Char('j'));
+    assert_eq!(a.advisor_row, 2);
+    let s = screen(&mut a, 160, 40);
+    assert!(s.contains("call: out = fk.attention(qkv, heads=12"), "{s}");
     key(&mut a, KeyCode::Enter);
     // The second proposal's chain starts with aten::mul on [256, 12, 49, 32]: its first
     // instance is selected on the timeline.

@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 
 use super::conv_layout::CONVS;
-use super::{base, us, Ctx, Setting};
+use super::{base, us, Ctx, Finder, Setting};
 
 const BATCH_NORMS: &[&str] = &[
     "batch_norm",
@@ -28,6 +28,8 @@ pub(super) fn rule(ctx: &Ctx) -> Option<Setting> {
     let mut last: Vec<Option<&str>> = vec![None; trace.threads.len().max(1)];
     let (mut n, mut ns) = (0usize, 0i64);
     let mut modules: BTreeSet<String> = BTreeSet::new();
+    // The BatchNorm ops and their kernels, by step.
+    let mut find = Finder::default();
     for op in &trace.ops {
         if op.records.is_empty() {
             continue;
@@ -37,6 +39,7 @@ pub(super) fn rule(ctx: &Ctx) -> Option<Setting> {
         if BATCH_NORMS.contains(&b) && last[slot].is_some_and(|p| CONVS.contains(&p)) {
             n += 1;
             ns += op.gpu_ns;
+            find.op_instance(ctx, op);
             if let Some(m) = &op.module {
                 if modules.len() < 3 {
                     modules.insert(m.clone());
@@ -73,6 +76,7 @@ pub(super) fn rule(ctx: &Ctx) -> Option<Setting> {
     s.change = "model = torch.fx.experimental.optimization.fuse(model.eval())  # or \
                 torch.ao.quantization.fuse_modules(model, [[\"conv\", \"bn\"], ...])"
         .into();
+    find.fill(ctx, &mut s);
     Some(s)
 }
 
@@ -118,6 +122,34 @@ mod tests {
         let s = rule(&ctx).unwrap();
         assert!((s.saving_ns_per_step - 12_000.0).abs() < 1e-6, "{s:?}");
         assert!(s.change.contains("optimization.fuse"));
+    }
+
+    #[test]
+    fn the_step_with_the_slowest_batch_norms_is_where_to_look() {
+        // Three ops 10 us apart a step: step 1 runs from 30 to 60 us; its BatchNorm takes
+        // 20 us against step 0's 12 us. The run's first record is at -10 us.
+        let mut t = trace(&net(), 2, false);
+        t.context.windows = vec![(0, 30_000), (30_000, 60_000)];
+        t.context.origin_ns = -10_000;
+        t.ops[4].gpu_ns = 20_000;
+        t.ops[4].records[0].dur_ns = 20_000;
+        let ctx = Ctx {
+            trace: &t,
+            step_gpu_ns: 100_000.0,
+            step_wall_ns: 0.0,
+            ceiling: None,
+        };
+        let s = rule(&ctx).unwrap();
+        let w = s.worst_step.as_ref().unwrap();
+        assert_eq!((w.step, w.start_ns, w.end_ns), (1, 30_000, 60_000));
+        assert!((w.start_ms - 0.04).abs() < 1e-12 && (w.end_ms - 0.07).abs() < 1e-12);
+        assert!((w.symptom_ns - 20_000.0).abs() < 1e-9, "{w:?}");
+        assert_eq!(s.kernels, ["bn_fw_inf_1C11_kernel_NCHW"]);
+        assert_eq!(s.ops, ["aten::batch_norm"]);
+        assert_eq!(
+            s.where_to_look(3, 60).unwrap(),
+            "step 1, 0.040-0.070 ms: kernels bn_fw_inf_1C11_kernel_NCHW; ops aten::batch_norm"
+        );
     }
 
     #[test]

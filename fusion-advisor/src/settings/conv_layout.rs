@@ -8,7 +8,7 @@
 
 use std::collections::BTreeSet;
 
-use super::{base, us, Ctx, Setting};
+use super::{base, us, Ctx, Finder, Setting};
 
 /// Convolution ops (the outermost op a model's `Conv2d` records).
 pub(super) const CONVS: &[&str] = &[
@@ -38,6 +38,8 @@ pub(super) fn rule(ctx: &Ctx) -> Option<Setting> {
     let (mut convs, mut conv_ns, mut transposes, mut transpose_ns) = (0usize, 0i64, 0usize, 0i64);
     let mut shapes: BTreeSet<String> = BTreeSet::new();
     let mut nchw_kernels: BTreeSet<String> = BTreeSet::new();
+    // The transpose kernels and the convolutions that launch them, by step.
+    let mut find = Finder::default();
     for op in &trace.ops {
         if !CONVS.contains(&base(&op.name)) {
             continue;
@@ -51,6 +53,9 @@ pub(super) fn rule(ctx: &Ctx) -> Option<Setting> {
             if is_transpose(name) {
                 transposes += 1;
                 transpose_ns += r.dur_ns;
+                find.at_step(op.step, r.dur_ns as f64);
+                find.kernel(name, r.dur_ns);
+                find.op(&op.name, r.dur_ns);
             } else {
                 conv_ns += r.dur_ns;
                 if name.to_ascii_lowercase().contains("nchw") && nchw_kernels.len() < 3 {
@@ -99,6 +104,7 @@ pub(super) fn rule(ctx: &Ctx) -> Option<Setting> {
     s.change = "model = model.to(memory_format=torch.channels_last); x = \
                 x.to(memory_format=torch.channels_last); torch.backends.cudnn.benchmark = True"
         .into();
+    find.fill(ctx, &mut s);
     Some(s)
 }
 

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use fuseprof_analyzer::{headroom, OpInstance};
 
-use super::{us, Ctx, Setting};
+use super::{us, Ctx, Finder, Setting};
 
 /// One hand-written function: the ops its chain is made of, the ops it may start with, what it
 /// must contain, and the call that replaces it.
@@ -141,6 +141,8 @@ pub(super) fn rule(ctx: &Ctx) -> Option<Setting> {
     }
     // family -> (chains, ns, expected ns, first chain's ops)
     let mut found: BTreeMap<usize, (usize, f64, f64, Vec<String>)> = BTreeMap::new();
+    // The chains' ops and their elementwise kernels, by step.
+    let mut find = Finder::default();
     for ops in streams.values() {
         let mut i = 0;
         while i < ops.len() {
@@ -167,6 +169,9 @@ pub(super) fn rule(ctx: &Ctx) -> Option<Setting> {
                     e.0 += 1;
                     e.1 += ns;
                     e.2 += ns * one_pass / bytes;
+                    for o in chain {
+                        find.op_instance(ctx, o);
+                    }
                     if e.3.is_empty() {
                         e.3 = chain.iter().map(|o| o.base_name().to_string()).collect();
                     }
@@ -212,6 +217,7 @@ pub(super) fn rule(ctx: &Ctx) -> Option<Setting> {
         .map(|&k| FAMILIES[k].call)
         .collect::<Vec<_>>()
         .join("; ");
+    find.fill(ctx, &mut s);
     Some(s)
 }
 

@@ -101,7 +101,7 @@ pub(super) fn pageable(copies: &[HostCopy]) -> Pageable {
     p
 }
 
-use super::{us, Ctx, Setting};
+use super::{us, Ctx, Finder, Setting};
 
 /// Whether a user range is the data loader's.
 fn is_loader(name: &str) -> bool {
@@ -148,7 +148,9 @@ pub(super) fn rule(ctx: &Ctx) -> Option<Setting> {
     let mut evidence = Vec::new();
     let copies = pageable(&c.host_copies);
     let copy_saving = copies.saving_ns();
-    let (idle, how) = match loader_idle(ctx, &loader, &mut evidence) {
+    // The loader's ranges (or the steps' idle starts) and the pageable copies, by step.
+    let mut find = Finder::default();
+    let (idle, how) = match loader_idle(ctx, &loader, &mut evidence, &mut find) {
         Some(found) => found,
         None if copy_saving > 0.0 => (0, String::new()),
         None => return None,
@@ -217,6 +219,16 @@ pub(super) fn rule(ctx: &Ctx) -> Option<Setting> {
     };
     // The copies count in the current time only where pinning them would save something.
     let copies_now = if copy_saving > 0.0 { copies.time_ns } else { 0 };
+    if copies_now > 0 {
+        for h in c
+            .host_copies
+            .iter()
+            .filter(|h| h.to_device && h.host_memory == Some(MemoryKind::Pageable))
+        {
+            find.at_time(ctx, h.start_ns, h.dur_ns as f64);
+            find.kernel(PAGEABLE_COPY, h.dur_ns);
+        }
+    }
     let current = ctx.per_step((idle + copies_now) as f64);
     let mut s = ctx.setting("input-pipeline", title, current, current - saving);
     s.estimate = match (idle > 0, copy_saving > 0.0) {
@@ -245,8 +257,13 @@ pub(super) fn rule(ctx: &Ctx) -> Option<Setting> {
          batch.to(\"cuda\", non_blocking=True)"
             .into()
     };
+    find.fill(ctx, &mut s);
     Some(s)
 }
+
+/// A host-to-device copy from pageable memory as PyTorch's profiler names it (Perfetto finds
+/// fuseprof's export and Nsight's `Memcpy HtoD` by its start).
+const PAGEABLE_COPY: &str = "Memcpy HtoD (Pageable -> Device)";
 
 /// Bytes in MB from one, else in KB.
 fn size(bytes: f64) -> String {
@@ -263,6 +280,7 @@ fn loader_idle(
     ctx: &Ctx,
     loader: &[&fuseprof_analyzer::HostSpan],
     evidence: &mut Vec<String>,
+    find: &mut Finder,
 ) -> Option<(i64, String)> {
     let trace = ctx.trace;
     let c = &trace.context;
@@ -272,6 +290,12 @@ fn loader_idle(
     if !loader.is_empty() {
         let spans = merge(loader.iter().map(|a| (a.start_ns, a.end_ns)).collect());
         idle = spans.iter().map(|&(s, e)| c.idle_between(s, e)).sum();
+        for &(s, e) in &spans {
+            find.at_time(ctx, s, c.idle_between(s, e) as f64);
+        }
+        for a in loader {
+            find.op(&a.name, a.end_ns - a.start_ns);
+        }
         let host: i64 = spans.iter().map(|&(s, e)| e - s).sum();
         let mut names: Vec<&str> = loader.iter().map(|a| a.name.as_str()).collect();
         names.sort_unstable();
@@ -291,6 +315,7 @@ fn loader_idle(
         let ops = merge(trace.ops.iter().map(|o| (o.start_ns, o.end_ns)).collect());
         let mut total = 0;
         let mut steps = 0;
+        let mut idle_starts = Vec::new();
         for &(ws, we) in &c.windows {
             let Some(first) = c.next_busy_from(ws).filter(|&t| t < we) else {
                 continue;
@@ -299,12 +324,16 @@ fn loader_idle(
             if idle_host_free >= HOST_GAP_MIN_NS {
                 total += idle_host_free;
                 steps += 1;
+                idle_starts.push((ws, idle_host_free));
             }
         }
         if steps == 0 || 2 * steps < c.windows.len() {
             return None;
         }
         idle = total;
+        for (ws, ns) in idle_starts {
+            find.at_time(ctx, ws, ns as f64);
+        }
         evidence.push(format!(
             "{steps} of {} steps start with the GPU idle while the host runs no op (no data \
              loader range recorded): {} us a {per}",
@@ -356,6 +385,44 @@ mod tests {
         let s = rule(&ctx).unwrap();
         assert!((s.saving_ns_per_step - 200_000.0).abs() < 1e-6, "{s:?}");
         assert!(s.change.contains("num_workers") && s.change.contains("pin_memory=True"));
+    }
+
+    #[test]
+    fn the_step_whose_loader_leaves_the_gpu_idle_longest_is_where_to_look() {
+        let mut t = trace(&[Op("aten::relu", "[[8]]", "", vec![])], 3, false);
+        // Three steps of 1 ms; the GPU starts 200, 450 and 100 us into them, the loader
+        // running 500 us at each start: step 1 waits longest, 450 us.
+        t.context.windows = vec![
+            (0, 1_000_000),
+            (1_000_000, 2_000_000),
+            (2_000_000, 3_000_000),
+        ];
+        t.context.busy = vec![
+            (200_000, 900_000),
+            (1_450_000, 1_900_000),
+            (2_100_000, 2_900_000),
+        ];
+        t.context.annotations = vec![
+            loader_span(0, 500_000),
+            loader_span(1_000_000, 1_500_000),
+            loader_span(2_000_000, 2_500_000),
+        ];
+        let ctx = Ctx {
+            trace: &t,
+            step_gpu_ns: 700_000.0,
+            step_wall_ns: 0.0,
+            ceiling: None,
+        };
+        let s = rule(&ctx).unwrap();
+        let w = s.worst_step.unwrap();
+        assert_eq!((w.step, w.start_ns, w.end_ns), (1, 1_000_000, 2_000_000));
+        assert!((w.start_ms - 1.0).abs() < 1e-12 && (w.end_ms - 2.0).abs() < 1e-12);
+        assert!((w.symptom_ns - 450_000.0).abs() < 1e-9);
+        assert_eq!(
+            s.ops,
+            ["enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"]
+        );
+        assert!(s.kernels.is_empty(), "{:?}", s.kernels);
     }
 
     fn copy(start_ns: i64, dur_ns: i64, bytes: i64, host: MemoryKind) -> HostCopy {

@@ -27,7 +27,7 @@
 use fuseprof_analyzer::hotspots::LAUNCH_GAP_MAX_NS;
 use fuseprof_analyzer::LaunchGap;
 
-use super::{us, Ctx, Setting};
+use super::{us, Ctx, Finder, Setting};
 
 /// How far apart the bounds may lie (as a share of the upper one) for the lower one to be
 /// given as the figure.
@@ -230,6 +230,17 @@ pub(super) fn rule(ctx: &Ctx) -> Option<Setting> {
         "model = torch.compile(model, mode=\"reduce-overhead\")  # or torch.cuda.graphs around \
          a static step"
             .into();
+    // The stretches' gaps by step, and the kernels that waited on their launches in them.
+    let mut find = Finder::default();
+    for d in tl {
+        for st in &d.stretches {
+            find.at_time(ctx, st.start_ns, st.gap_ns as f64);
+        }
+        for (name, ns) in &d.launch_bound_kernels {
+            find.kernel(name, *ns);
+        }
+    }
+    find.fill(ctx, &mut s);
     Some(s)
 }
 
@@ -238,7 +249,7 @@ mod tests {
     use super::super::testing::{trace, Op};
     use super::super::Ctx;
     use super::*;
-    use fuseprof_analyzer::{DeviceIdle, DeviceTimeline, LaunchGap};
+    use fuseprof_analyzer::{DeviceIdle, DeviceTimeline, LaunchGap, LaunchStretch};
 
     fn idle(launch_bound_ns: i64, gap_ns: i64, stretches: u64) -> DeviceIdle {
         DeviceIdle {
@@ -256,6 +267,8 @@ mod tests {
                 launch_bound_ns,
             },
             launch_bound_gap_ns: gap_ns,
+            stretches: vec![],
+            launch_bound_kernels: vec![],
         }
     }
 
@@ -281,6 +294,46 @@ mod tests {
         assert_eq!(s.pct_of, "wall_time");
         assert!((s.saving_pct_of_step - 30.0).abs() < 1e-9, "{s:?}");
         assert!(s.change.contains("reduce-overhead"));
+    }
+
+    #[test]
+    fn the_step_with_the_most_launch_gaps_is_where_to_look() {
+        let mut t = trace(&[Op("aten::relu", "[[8]]", "", vec![])], 2, false);
+        t.context.windows = vec![(0, 1_000_000), (1_000_000, 2_000_000)];
+        let mut d = idle(500_000, 300_000, 3);
+        // Step 0: one stretch with 100 us of gaps; step 1: two, 80 and 70 us; one more
+        // between the steps' windows counts for neither.
+        let stretch = |start_ns, gap_ns| LaunchStretch {
+            start_ns,
+            end_ns: start_ns + 2 * gap_ns,
+            gap_ns,
+        };
+        d.stretches = vec![
+            stretch(100_000, 100_000),
+            stretch(1_100_000, 80_000),
+            stretch(1_500_000, 70_000),
+            stretch(2_100_000, 500_000),
+        ];
+        d.launch_bound_kernels = vec![
+            ("vectorized_elementwise_kernel".into(), 200_000),
+            ("reduce_kernel".into(), 50_000),
+        ];
+        t.context.timeline = vec![d];
+        let ctx = Ctx {
+            trace: &t,
+            step_gpu_ns: 300_000.0,
+            step_wall_ns: 1_000_000.0,
+            ceiling: None,
+        };
+        let s = rule(&ctx).unwrap();
+        let w = s.worst_step.as_ref().unwrap();
+        assert_eq!((w.step, w.start_ns, w.end_ns), (1, 1_000_000, 2_000_000));
+        assert!((w.symptom_ns - 150_000.0).abs() < 1e-9, "{w:?}");
+        assert_eq!(
+            s.kernels,
+            ["vectorized_elementwise_kernel", "reduce_kernel"]
+        );
+        assert!(s.ops.is_empty());
     }
 
     #[test]

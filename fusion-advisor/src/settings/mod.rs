@@ -22,8 +22,10 @@ mod optimizer;
 mod precision;
 mod sync;
 
+use std::collections::BTreeMap;
+
 use fuseprof_analyzer::headroom::Ceiling;
-use fuseprof_analyzer::OpTrace;
+use fuseprof_analyzer::{OpInstance, OpTrace};
 use serde::{Deserialize, Serialize};
 
 /// A change to the program (not a kernel) and what it should save.
@@ -54,6 +56,117 @@ pub struct Setting {
     pub evidence: Vec<String>,
     /// The change, as one line of the program.
     pub change: String,
+    /// The step where the symptom costs most, to look at in a timeline (None in a run
+    /// without steps, and in documents from before it).
+    #[serde(default)]
+    pub worst_step: Option<WorstStep>,
+    /// The kernel names behind the saving, as a timeline shows them, most time first (at
+    /// most [`MAX_NAMES`]).
+    #[serde(default)]
+    pub kernels: Vec<String>,
+    /// The host ranges behind the saving (ops, user ranges such as the data loader's,
+    /// synchronising CUDA calls), as a timeline shows them, most time first (at most
+    /// [`MAX_NAMES`]).
+    #[serde(default)]
+    pub ops: Vec<String>,
+}
+
+/// The most names [`Setting::kernels`] and [`Setting::ops`] keep each.
+pub const MAX_NAMES: usize = 5;
+
+/// One step's window on the run's clock, where a setting's symptom costs most.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WorstStep {
+    /// The step's index among the run's steps (what `advise --step` takes).
+    pub step: usize,
+    /// The step's host window on the run's clock.
+    pub start_ns: i64,
+    pub end_ns: i64,
+    /// The same window in milliseconds from the run's first record: the times a timeline of
+    /// the run shows (Perfetto on the trace or on `fuseprof export`).
+    pub start_ms: f64,
+    pub end_ms: f64,
+    /// What the symptom costs in this step (the rule's `current_ns_per_step`, of this step
+    /// alone).
+    pub symptom_ns: f64,
+}
+
+impl WorstStep {
+    /// `step 7, 1234.5-1290.2 ms`; three decimals for a step shorter than 1 ms, which one
+    /// decimal would not tell apart.
+    pub fn describe(&self) -> String {
+        let d = if self.end_ms - self.start_ms < 1.0 {
+            3
+        } else {
+            1
+        };
+        format!(
+            "step {}, {:.d$}-{:.d$} ms",
+            self.step, self.start_ms, self.end_ms
+        )
+    }
+}
+
+/// Collects what a rule shows a user to find in a timeline: the symptom's time per step and
+/// the kernel and host-range names behind it, each with its time.
+#[derive(Default)]
+pub(crate) struct Finder {
+    per_step: BTreeMap<usize, f64>,
+    kernels: BTreeMap<String, i64>,
+    ops: BTreeMap<String, i64>,
+}
+
+impl Finder {
+    /// `ns` of the symptom in `step` (nothing in a run without steps).
+    pub fn at_step(&mut self, step: Option<usize>, ns: f64) {
+        if let Some(k) = step {
+            *self.per_step.entry(k).or_default() += ns;
+        }
+    }
+
+    /// `ns` of the symptom at time `t` on the run's clock, in the step whose window holds it.
+    pub fn at_time(&mut self, ctx: &Ctx, t: i64, ns: f64) {
+        self.at_step(ctx.step_at(t), ns);
+    }
+
+    pub fn kernel(&mut self, name: &str, ns: i64) {
+        *self.kernels.entry(name.to_string()).or_default() += ns;
+    }
+
+    pub fn op(&mut self, name: &str, ns: i64) {
+        *self.ops.entry(name.to_string()).or_default() += ns;
+    }
+
+    /// `op` as a whole: its step, its name and every kernel it launched, at their GPU time.
+    pub fn op_instance(&mut self, ctx: &Ctx, op: &OpInstance) {
+        self.at_step(op.step, op.gpu_ns as f64);
+        self.op(&op.name, op.gpu_ns);
+        for r in &op.records {
+            self.kernel(&ctx.trace.kernel_names[r.name as usize], r.dur_ns);
+        }
+    }
+
+    /// Fills `s`'s worst step and names.
+    pub fn fill(self, ctx: &Ctx, s: &mut Setting) {
+        // The most symptom; the earliest step among equals.
+        let worst = self.per_step.iter().filter(|(_, &ns)| ns > 0.0).fold(
+            None::<(usize, f64)>,
+            |best, (&k, &ns)| match best {
+                Some((_, b)) if b >= ns => best,
+                _ => Some((k, ns)),
+            },
+        );
+        s.worst_step = worst.and_then(|(k, ns)| ctx.worst_step(k, ns));
+        s.kernels = top_names(self.kernels);
+        s.ops = top_names(self.ops);
+    }
+}
+
+/// The names with the most time, most first (then by name), at most [`MAX_NAMES`].
+fn top_names(by_name: BTreeMap<String, i64>) -> Vec<String> {
+    let mut v: Vec<(String, i64)> = by_name.into_iter().collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    v.into_iter().take(MAX_NAMES).map(|(n, _)| n).collect()
 }
 
 fn gpu_time() -> String {
@@ -65,6 +178,42 @@ impl Setting {
     pub(crate) fn of_wall_time(&mut self, ctx: &Ctx) {
         self.pct_of = "wall_time".into();
         self.saving_pct_of_step = ctx.pct_of_wall(self.saving_ns_per_step);
+    }
+
+    /// Where to look in a timeline, in one line: `step 7, 1234.5-1290.2 ms: kernels A, B;
+    /// ops C` (the step's window in ms from the run's first record), with at most `names`
+    /// names of each kind, each without a leading `void ` and cut to `chars` characters (the
+    /// start of a name is what a timeline search needs); None where the setting has neither a
+    /// worst step nor names.
+    pub fn where_to_look(&self, names: usize, chars: usize) -> Option<String> {
+        let cut = |n: &String| {
+            let n = n.strip_prefix("void ").unwrap_or(n);
+            if n.chars().count() > chars {
+                format!("{}...", n.chars().take(chars).collect::<String>())
+            } else {
+                n.to_string()
+            }
+        };
+        let list = |label: &str, v: &[String]| {
+            (!v.is_empty()).then(|| {
+                let mut l = v.iter().take(names).map(cut).collect::<Vec<_>>().join(", ");
+                if v.len() > names {
+                    l.push_str(", ...");
+                }
+                format!("{label} {l}")
+            })
+        };
+        let named: Vec<String> = [list("kernels", &self.kernels), list("ops", &self.ops)]
+            .into_iter()
+            .flatten()
+            .collect();
+        let at = self.worst_step.as_ref().map(|w| w.describe());
+        match (at, named.is_empty()) {
+            (None, true) => None,
+            (Some(at), true) => Some(at),
+            (None, false) => Some(named.join("; ")),
+            (Some(at), false) => Some(format!("{at}: {}", named.join("; "))),
+        }
     }
 
     /// `the step` or `the step's wall time`, for the texts beside the percentage.
@@ -135,7 +284,37 @@ impl Ctx<'_> {
             estimate: String::new(),
             evidence: Vec::new(),
             change: String::new(),
+            worst_step: None,
+            kernels: Vec::new(),
+            ops: Vec::new(),
         }
+    }
+
+    /// The step (its index among the run's steps) whose window holds `t`.
+    pub fn step_at(&self, t: i64) -> Option<usize> {
+        let w = &self.trace.context.windows;
+        let i = w.partition_point(|&(s, _)| s <= t);
+        (i > 0 && t < w[i - 1].1).then(|| self.trace.step.unwrap_or(i - 1))
+    }
+
+    /// Step `k`'s window (an index among the run's steps) with `symptom_ns` in it.
+    pub fn worst_step(&self, k: usize, symptom_ns: f64) -> Option<WorstStep> {
+        let c = &self.trace.context;
+        // A trace restricted to one step holds that step's window alone.
+        let &(start_ns, end_ns) = match self.trace.step {
+            Some(only) if only == k => c.windows.first()?,
+            Some(_) => return None,
+            None => c.windows.get(k)?,
+        };
+        let ms = |t: i64| (t - c.origin_ns) as f64 / 1e6;
+        Some(WorstStep {
+            step: k,
+            start_ns,
+            end_ns,
+            start_ms: ms(start_ns),
+            end_ms: ms(end_ns),
+            symptom_ns,
+        })
     }
 }
 

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{base, Ctx, Setting};
+use super::{base, Ctx, Finder, Setting};
 
 /// The foreach ops that only Adam-family optimizers issue together.
 const ADAM_SIGNATURE: [&str; 2] = ["_foreach_addcdiv_", "_foreach_sqrt"];
@@ -26,6 +26,8 @@ pub(super) fn rule(ctx: &Ctx) -> Option<Setting> {
     let mut fused = false;
     // One pass over a list: the cheapest call of an op that moves two lists, halved.
     let mut pass_ns = f64::INFINITY;
+    // The optimizer's ops and their many small kernels, by step.
+    let mut find = Finder::default();
     for op in &trace.ops {
         let b = base(&op.name);
         if b.starts_with("_fused_adam") {
@@ -35,6 +37,7 @@ pub(super) fn rule(ctx: &Ctx) -> Option<Setting> {
             let e = by_name.entry(b).or_default();
             e.0 += 1;
             e.1 += op.gpu_ns;
+            find.op_instance(ctx, op);
         }
         if TWO_PASS.contains(&b) && op.gpu_ns > 0 {
             pass_ns = pass_ns.min(op.gpu_ns as f64 / 2.0);
@@ -88,5 +91,6 @@ pub(super) fn rule(ctx: &Ctx) -> Option<Setting> {
     s.change = "torch.optim.AdamW(model.parameters(), lr=..., fused=True)  # or Adam(..., \
                 fused=True); needs the parameters on CUDA in fp32/fp16/bf16"
         .into();
+    find.fill(ctx, &mut s);
     Some(s)
 }

@@ -12,7 +12,7 @@
 
 use fuseprof_analyzer::headroom;
 
-use super::{base, us, Ctx, Setting};
+use super::{base, us, Ctx, Finder, Setting};
 
 /// The ops whose kernels are matrix products or convolutions.
 const GEMM_OPS: &[&str] = &[
@@ -100,6 +100,8 @@ pub(super) fn rule(ctx: &Ctx) -> Option<Setting> {
     let mut no_shapes_ns = 0i64;
     let mut kernels: Vec<(String, i64)> = Vec::new();
     let mut by_op: Vec<(String, usize, f64)> = Vec::new();
+    // The estimated ops and their FP32/TF32 kernels, by step.
+    let mut find = Finder::default();
     for op in &trace.ops {
         let b = base(&op.name);
         if !GEMM_OPS.contains(&b) {
@@ -147,6 +149,8 @@ pub(super) fn rule(ctx: &Ctx) -> Option<Setting> {
         let floor_tf32 = floor(tf32_peak, est.bytes);
         let floor_fp32 = floor(fp32_peak, est.bytes);
         // Each part keeps its efficiency against its own ceiling.
+        find.at_step(op.step, (simt + tf32) as f64);
+        find.op(&op.name, simt + tf32);
         let (simt, tf32) = (simt as f64, tf32 as f64);
         now_ns += simt + tf32;
         half_ns += simt * floor_half / floor_fp32 + tf32 * floor_half / floor_tf32;
@@ -176,6 +180,10 @@ pub(super) fn rule(ctx: &Ctx) -> Option<Setting> {
         expected,
     );
     kernels.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    for (k, ns) in &kernels {
+        find.kernel(k, *ns);
+    }
+    find.fill(ctx, &mut s);
     by_op.sort_by(|a, b| b.2.total_cmp(&a.2));
     s.evidence = by_op
         .iter()
@@ -303,6 +311,37 @@ mod tests {
         assert!((s.current_ns_per_step - 400_000.0).abs() < 1e-6);
         assert!(s.change.contains("torch.autocast") && s.change.contains("allow_tf32"));
         assert!(s.estimate.contains("TF32 alone"), "{}", s.estimate);
+        // No step windows: the names to search for, no worst step.
+        assert_eq!(s.kernels, ["ampere_sgemm_128x64_nn"]);
+        assert_eq!(s.ops, ["aten::linear"]);
+        assert!(s.worst_step.is_none());
+        assert_eq!(
+            s.where_to_look(3, 60).unwrap(),
+            "kernels ampere_sgemm_128x64_nn; ops aten::linear"
+        );
+    }
+
+    #[test]
+    fn the_step_with_the_slowest_fp32_gemms_is_where_to_look() {
+        // Two steps, one linear each (at 0 and 10 us); step 1's SGEMM takes 600 us.
+        let mut t = trace(
+            &[linear("ampere_sgemm_128x64_nn", "[\"float\", \"float\"]")],
+            2,
+            false,
+        );
+        t.context.windows = vec![(0, 10_000), (10_000, 20_000)];
+        t.ops[1].records[0].dur_ns = 600_000;
+        let c = h100();
+        let ctx = Ctx {
+            trace: &t,
+            step_gpu_ns: 500_000.0,
+            step_wall_ns: 0.0,
+            ceiling: Some(&c),
+        };
+        let s = rule(&ctx).unwrap();
+        let w = s.worst_step.unwrap();
+        assert_eq!((w.step, w.start_ns, w.end_ns), (1, 10_000, 20_000));
+        assert!((w.symptom_ns - 600_000.0).abs() < 1e-9);
     }
 
     #[test]

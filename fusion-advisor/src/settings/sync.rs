@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{base, us, Ctx, Setting};
+use super::{base, us, Ctx, Finder, Setting};
 
 /// The change that removes a synchronising call made inside `op` (None: outside any op, a
 /// direct `torch.cuda.synchronize()` or the like).
@@ -40,6 +40,8 @@ pub(super) fn rule(ctx: &Ctx) -> Option<Setting> {
     let per = ctx.per();
     // (call, op) -> (calls, GPU idle after them).
     let mut groups: BTreeMap<(String, Option<String>), (usize, i64)> = BTreeMap::new();
+    // The calls and the ops that made them, by step; the idle after each is its cost.
+    let mut find = Finder::default();
     for s in &c.syncs {
         // Inside a step (or anywhere in a run without steps).
         let bound = if c.windows.is_empty() {
@@ -61,6 +63,11 @@ pub(super) fn rule(ctx: &Ctx) -> Option<Setting> {
         let g = groups.entry((s.name.clone(), s.op.clone())).or_default();
         g.0 += 1;
         g.1 += idle;
+        find.at_time(ctx, s.end_ns, idle as f64);
+        find.op(&s.name, idle);
+        if let Some(op) = &s.op {
+            find.op(op, idle);
+        }
     }
     let total: i64 = groups.values().map(|g| g.1).sum();
     if total <= 0 {
@@ -99,6 +106,7 @@ pub(super) fn rule(ctx: &Ctx) -> Option<Setting> {
                   work while the GPU ran the work before it"
         .into();
     s.change = format!("{}: {}", top_call, change_for(top_op.as_deref()));
+    find.fill(ctx, &mut s);
     Some(s)
 }
 
@@ -138,6 +146,39 @@ mod tests {
             .change
             .starts_with("cudaStreamSynchronize: keep the value on the GPU"));
         assert!(s.evidence[0].contains("aten::item"), "{:?}", s.evidence);
+    }
+
+    #[test]
+    fn the_step_with_the_longest_idle_after_its_syncs_is_where_to_look() {
+        let mut t = trace(&[Op("aten::relu", "[[8]]", "", vec![])], 2, false);
+        t.context.windows = vec![(0, 1_000_000), (1_000_000, 2_000_000)];
+        // Step 0: .item() at 410 us, next kernel at 480 us (70 us idle); step 1: a device
+        // synchronize at 1300 us, next kernel at 1420 us (120 us idle).
+        t.context.busy = vec![(0, 400_000), (480_000, 1_250_000), (1_420_000, 1_900_000)];
+        let mut device = sync(1_300_000, None);
+        device.name = "cudaDeviceSynchronize".into();
+        t.context.syncs = vec![sync(410_000, Some("aten::item")), device];
+        t.context.origin_ns = 500_000;
+        let ctx = Ctx {
+            trace: &t,
+            step_gpu_ns: 1_000_000.0,
+            step_wall_ns: 0.0,
+            ceiling: None,
+        };
+        let s = rule(&ctx).unwrap();
+        let w = s.worst_step.as_ref().unwrap();
+        assert_eq!((w.step, w.start_ns, w.end_ns), (1, 1_000_000, 2_000_000));
+        assert!((w.start_ms - 0.5).abs() < 1e-12 && (w.end_ms - 1.5).abs() < 1e-12);
+        assert!((w.symptom_ns - 120_000.0).abs() < 1e-9);
+        // The calls and the op that made one, by the idle after them.
+        assert_eq!(
+            s.ops,
+            [
+                "cudaDeviceSynchronize",
+                "aten::item",
+                "cudaStreamSynchronize"
+            ]
+        );
     }
 
     #[test]

@@ -774,7 +774,8 @@ fn advice_section(h: &mut String, d: &ReportData) {
 
 /// What the advisor says before kernels: changes to the program's own settings, each with its
 /// place in the ranking of settings and kernel proposals together, how its saving was estimated
-/// and the evidence.
+/// and the evidence, and where to see it in a timeline (its worst step's window, in ms from the
+/// run's first record as Perfetto shows it, and the kernel and op names to search for).
 fn settings_table(h: &mut String, settings: &[fuseprof_fusion_advisor::Setting]) {
     if settings.is_empty() {
         return;
@@ -790,6 +791,7 @@ fn settings_table(h: &mut String, settings: &[fuseprof_fusion_advisor::Setting])
         ("saving % of step", true),
         ("how estimated", false),
         ("evidence", false),
+        ("where to look", false),
     ]);
     for s in settings {
         tb.row(&[
@@ -809,6 +811,11 @@ fn settings_table(h: &mut String, settings: &[fuseprof_fusion_advisor::Setting])
             ),
             t(&s.estimate),
             t(&s.evidence.join("; ")),
+            // Long template names cut: their start is what a timeline search needs.
+            t(
+                &s.where_to_look(fuseprof_fusion_advisor::SETTING_MAX_NAMES, 120)
+                    .unwrap_or_default(),
+            ),
         ]);
     }
     h.push_str(&tb.finish());
