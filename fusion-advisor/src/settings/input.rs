@@ -231,6 +231,8 @@ pub(super) fn rule(ctx: &Ctx) -> Option<Setting> {
     }
     let current = ctx.per_step((idle + copies_now) as f64);
     let mut s = ctx.setting("input-pipeline", title, current, current - saving);
+    // Idle time and host-blocking copies: a share of the step's wall time, which holds them.
+    s.of_wall_time(ctx);
     s.estimate = match (idle > 0, copy_saving > 0.0) {
         (true, false) => format!(
             "{how}, all of it: with the next batch loaded ahead by workers (and copied from \
@@ -379,11 +381,14 @@ mod tests {
         let ctx = Ctx {
             trace: &t,
             step_gpu_ns: 700_000.0,
-            step_wall_ns: 0.0,
+            step_wall_ns: 1_000_000.0,
             ceiling: Some(&c),
         };
         let s = rule(&ctx).unwrap();
         assert!((s.saving_ns_per_step - 200_000.0).abs() < 1e-6, "{s:?}");
+        // The loader's idle time: 20% of the step's 1 ms of wall time (29% of its GPU time).
+        assert_eq!(s.pct_of, "wall_time");
+        assert!((s.saving_pct_of_step - 20.0).abs() < 1e-9, "{s:?}");
         assert!(s.change.contains("num_workers") && s.change.contains("pin_memory=True"));
     }
 

@@ -90,6 +90,8 @@ pub(super) fn rule(ctx: &Ctx) -> Option<Setting> {
         current,
         0.0,
     );
+    // The GPU's idle time: a share of the step's wall time, which holds it.
+    s.of_wall_time(ctx);
     s.evidence = rows
         .iter()
         .map(|((call, op), (n, idle))| {
@@ -137,11 +139,14 @@ mod tests {
         let ctx = Ctx {
             trace: &t,
             step_gpu_ns: 820_000.0,
-            step_wall_ns: 0.0,
+            step_wall_ns: 1_000_000.0,
             ceiling: None,
         };
         let s = rule(&ctx).unwrap();
         assert!((s.saving_ns_per_step - 70_000.0).abs() < 1e-6, "{s:?}");
+        // Idle time, a share of the step's wall time (70 us of 1 ms), not of its GPU time.
+        assert_eq!(s.pct_of, "wall_time");
+        assert!((s.saving_pct_of_step - 7.0).abs() < 1e-9, "{s:?}");
         assert!(s
             .change
             .starts_with("cudaStreamSynchronize: keep the value on the GPU"));
