@@ -1165,6 +1165,21 @@ fn the_roofline_draws_measured_points_apart_from_estimated_ones() {
     let triangles = roof.matches("<polygon").count();
     assert!(triangles >= measured.len(), "{triangles} triangles");
     assert!(roof.contains("estimated</td>"), "flagged rows say so");
+    // The proposals' confidence says what the counters made of their estimated bound.
+    let advice = fuseprof_fusion_advisor::advise_file(&counted, &Default::default()).unwrap();
+    let checked: Vec<_> = advice
+        .proposals
+        .iter()
+        .filter_map(|p| p.counters.as_ref())
+        .collect();
+    assert!(!checked.is_empty(), "no proposal was checked by counters");
+    for c in checked {
+        assert!(
+            html.contains(&format!("(counters {}: ", c.verdict)),
+            "no counters verdict {:?} in the advice table",
+            c.verdict
+        );
+    }
 
     // The recording without counters: no measured series, the legend as before.
     let plain = out("vit_plain.html");

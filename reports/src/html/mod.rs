@@ -760,7 +760,7 @@ fn advice_section(h: &mut String, d: &ReportData) {
                         Some((text, v)) => num(text, v),
                         None => num("–".into(), -1.0),
                     },
-                    t(&p.confidence),
+                    t(&confidence_text(p)),
                 ]);
             }
             h.push_str(&tb.finish());
@@ -770,6 +770,15 @@ fn advice_section(h: &mut String, d: &ReportData) {
         settings_table(h, &adv.settings);
     }
     h.push_str("</section>");
+}
+
+/// A proposal's confidence, with what the run's hardware counters said of its estimated bound
+/// where it has them (the check that raised or lowered it, or left it).
+fn confidence_text(p: &fuseprof_fusion_advisor::Proposal) -> String {
+    match &p.counters {
+        Some(c) => format!("{} (counters {}: {})", p.confidence, c.verdict, c.note),
+        None => p.confidence.clone(),
+    }
 }
 
 /// What the advisor says before kernels: changes to the program's own settings, each with its
