@@ -224,20 +224,26 @@ pub struct LossCurves {
     pub problem: Option<String>,
 }
 
+/// What loss distances are relative to: the largest |loss| of the first `n` steps (1 where
+/// they are all 0).
+fn loss_scale(a: &[f64], n: usize) -> f64 {
+    let scale = a[..n].iter().fold(0.0f64, |m, x| m.max(x.abs()));
+    if scale > 0.0 {
+        scale
+    } else {
+        1.0
+    }
+}
+
 /// The largest |b - a| over the first `n` steps, relative to the largest |a| among them.
 fn curve_distance(a: &[f64], b: &[f64], n: usize) -> f64 {
-    let scale = a[..n].iter().fold(0.0f64, |m, x| m.max(x.abs()));
     // Non-finite losses are reported by the caller before this distance is read.
     let worst = a[..n]
         .iter()
         .zip(&b[..n])
         .map(|(x, y)| (x - y).abs())
         .fold(0.0f64, f64::max);
-    if scale > 0.0 {
-        worst / scale
-    } else {
-        worst
-    }
+    worst / loss_scale(a, n)
 }
 
 /// The first step (1-based) at which `patched` lies outside the envelope that `nudged` sets
@@ -252,8 +258,7 @@ fn outside_envelope(
     n: usize,
     tolerance: f64,
 ) -> Option<(usize, f64, f64)> {
-    let scale = baseline[..n].iter().fold(0.0f64, |m, x| m.max(x.abs()));
-    let scale = if scale > 0.0 { scale } else { 1.0 };
+    let scale = loss_scale(baseline, n);
     let m = n.min(nudged.len());
     let nudge_dist: Vec<f64> = (0..m)
         .map(|i| {
@@ -302,6 +307,7 @@ pub fn loss_curves(
         .map(|again| (again, baseline.len().min(again.len()).min(LOSS_STEPS)))
         .filter(|&(_, m)| m > 0)
         .map(|(again, m)| curve_distance(baseline, again, m));
+    let nudged = nudged.filter(|v| !v.is_empty());
     let not_finite = |v: &[f64]| v[..n].iter().position(|x| !x.is_finite());
     let problem = if n == 0 {
         Some(format!(
@@ -324,7 +330,7 @@ pub fn loss_curves(
     } else if max_rel_diff <= tolerance {
         None
     } else {
-        match nudged.filter(|v| !v.is_empty()) {
+        match nudged {
             None => Some(format!(
                 "the loss curves over the first {n} steps lie {:.2}% apart (tolerance {:.0}%)",
                 max_rel_diff * 100.0,
@@ -343,14 +349,10 @@ pub fn loss_curves(
             }
         }
     };
-    let nudged_v = nudged.filter(|v| !v.is_empty());
-    let nudged_rel_diff = nudged_v
-        .map(|v| (v, n.min(v.len())))
-        .map(|(v, m)| curve_distance(baseline, v, m));
-    let predictable_steps = nudged_v.map(|v| {
+    let nudged_rel_diff = nudged.map(|v| curve_distance(baseline, v, n.min(v.len())));
+    let predictable_steps = nudged.map(|v| {
         let m = n.min(v.len());
-        let scale = baseline[..n].iter().fold(0.0f64, |a, x| a.max(x.abs()));
-        let scale = if scale > 0.0 { scale } else { 1.0 };
+        let scale = loss_scale(baseline, n);
         (0..m)
             .position(|i| {
                 let d = (v[i] - baseline[i]).abs() / scale;
@@ -364,7 +366,7 @@ pub fn loss_curves(
         patched: patched[..n].to_vec(),
         max_rel_diff,
         baseline_rounds_rel_diff,
-        nudged: nudged_v.map(|v| v[..n.min(v.len())].to_vec()),
+        nudged: nudged.map(|v| v[..n.min(v.len())].to_vec()),
         nudged_rel_diff,
         predictable_steps,
         passed: problem.is_none(),
@@ -852,6 +854,21 @@ impl Traced<'_> {
 }
 
 impl Traced<'_> {
+    /// [`Traced::run_plain`] with the step clock reporting under the bench's folder as `name`,
+    /// and the steps it found; `what` names the run in errors.
+    fn run_steps(
+        &self,
+        name: &str,
+        mut env: Vec<(OsString, OsString)>,
+        what: &str,
+    ) -> Result<crate::steps::Steps> {
+        let prefix = steps_prefix(self.dir, name);
+        env.push(("FUSEPROF_STEPS_REPORT".into(), prefix.clone().into()));
+        self.run_plain(env, what)?;
+        crate::steps::find_in_files(&prefix)
+            .map_err(|why| Error::Bench(format!("the {what}: {why}")))
+    }
+
     /// Runs the command as it is, without the tracer (nothing but the patch layer and the step
     /// clock on PYTHONPATH): the timed rounds, whose every figure comes from the step clock.
     fn run_plain(&self, env: Vec<(OsString, OsString)>, what: &str) -> Result<()> {
@@ -1112,17 +1129,15 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
                 // Timed rounds run without the tracer, whose per-launch cost would inflate an
                 // eager program's steps (host-bound Swin-S: 15 ms a step plain, 20 to 28 ms
                 // under `collect` with CUDA activity off); the step clock times them.
-                let prefix = steps_prefix(&dir, &format!("m{index}-{name}"));
-                let mut env = side_env(patched);
-                env.push(("FUSEPROF_STEPS_REPORT".into(), prefix.clone().into()));
-                traced.run_plain(env, &format!("{name} side ({})", mode.label()))?;
-                let steps = crate::steps::find_in_files(&prefix).map_err(|why| {
-                    Error::Bench(format!(
-                        "the {} side ({}): {why}",
+                let steps = traced.run_steps(
+                    &format!("m{index}-{name}"),
+                    side_env(patched),
+                    &format!(
+                        "{} side ({})",
                         if patched { "patched" } else { "baseline" },
                         mode.label()
-                    ))
-                })?;
+                    ),
+                )?;
                 if patched {
                     patched_ms.push(steps);
                 } else {
@@ -1133,22 +1148,22 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
         }
         if index == 0 {
             // Each setting alone, once, so that its saving shows beside advise's estimate.
+            let baseline_ms = median(
+                &base_ms
+                    .iter()
+                    .map(|s| s.wall_per_step_ms())
+                    .collect::<Vec<_>>(),
+            );
             for sw in &alone {
                 progress.set_message(format!("{}: {sw} alone", mode.label()));
-                let prefix = steps_prefix(&dir, &format!("m{index}-alone-{sw}"));
                 let mut env = common.clone();
                 env.push(("FUSEPROF_PATCH".into(), "1".into()));
                 env.push(("FUSEPROF_PATCH_APPLY".into(), sw.into()));
-                env.push(("FUSEPROF_STEPS_REPORT".into(), prefix.clone().into()));
-                traced.run_plain(env, &format!("{sw} alone ({})", mode.label()))?;
-                let steps = crate::steps::find_in_files(&prefix)
-                    .map_err(|why| Error::Bench(format!("{sw} alone ({}): {why}", mode.label())))?;
-                let baseline_ms = median(
-                    &base_ms
-                        .iter()
-                        .map(|s| s.wall_per_step_ms())
-                        .collect::<Vec<_>>(),
-                );
+                let steps = traced.run_steps(
+                    &format!("m{index}-alone-{sw}"),
+                    env,
+                    &format!("{sw} alone ({})", mode.label()),
+                )?;
                 if let Some(st) = choice
                     .settings
                     .iter_mut()
@@ -1201,17 +1216,13 @@ pub fn run(cfg: &ModelBenchConfig) -> Result<ModelBenchReport> {
             // Curves apart: is the loop's loss itself that sensitive? The baseline once more,
             // its parameters nudged by half a bf16 rounding (not timed).
             progress.set_message(format!("{}: the baseline nudged", mode.label()));
-            let prefix = steps_prefix(&dir, &format!("m{index}-baseline-nudged"));
             let mut env = side_env(false);
-            env.push(("FUSEPROF_STEPS_REPORT".into(), prefix.clone().into()));
             env.push(("FUSEPROF_NUDGE".into(), format!("{NUDGE}").into()));
-            traced.run_plain(env, &format!("nudged baseline side ({})", mode.label()))?;
-            let nudged = crate::steps::find_in_files(&prefix).map_err(|why| {
-                Error::Bench(format!(
-                    "the nudged baseline side ({}): {why}",
-                    mode.label()
-                ))
-            })?;
+            let nudged = traced.run_steps(
+                &format!("m{index}-baseline-nudged"),
+                env,
+                &format!("nudged baseline side ({})", mode.label()),
+            )?;
             losses = loss_curves(
                 &base_ms[0].losses,
                 &patched_ms[0].losses,
