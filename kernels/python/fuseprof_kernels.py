@@ -46,6 +46,7 @@ _SIGS = {
     "fpk_abi_version": [],
     "fpk_attention": [_I32, _U64, _U64, _U64, _U64, _I64, _I64, _I64, _I64, _I32, _I64, _F32, _VP],
     "fpk_attention_combine": [_I32, _U64, _U64, _U64, _I64, _I64, _I64, _VP],
+    "fpk_attention_backward": [_I32, _U64, _U64, _U64, _U64, _U64, _I64, _I64, _I64, _I64, _I64, _F32, _VP],
     "fpk_ln_shift_partition": [_I32, _U64, _U64, _U64, _U64, _I64, _I64, _I64, _I64, _I64, _I64, _F32, _VP],
     "fpk_window_reverse_residual": [_I32, _U64, _U64, _U64, _U64, _U64, _U64, _I64, _I64, _I64, _I64, _I64,
                                     _I64, _F32, _VP],
@@ -163,6 +164,33 @@ def attention(qkv, heads, seq, bias=None, window_mask=None, key_padding_mask=Non
     _check(lib().fpk_attention(dt, _ptr(qkv), _ptr(out), _ptr(bias), _ptr(mask), batch, seq, heads, d, kind,
                                n_mask, float(scale), _stream()))
     return out
+
+
+def attention_backward(qkv, dout, heads, seq, add=None, scale=None, need_add=True):
+    """The gradient of attention(qkv, heads, seq, add=add, scale=scale) for seq <= 64: (dqkv,
+    dadd). dout: [B*seq, heads*d] in qkv's dtype; dqkv like qkv; dadd: [n, heads, seq, seq]
+    float32, the additive tensor's gradient summed over the batch entries that share an entry
+    (None without add, or when need_add is false). The probabilities are recomputed from qkv and
+    add: nothing of the forward is kept."""
+    dt = _dt(qkv)
+    tokens = qkv.numel() // qkv.shape[-1]
+    d = qkv.shape[-1] // (3 * heads)
+    if tokens % seq:
+        raise FuseprofKernelError("token count is not a multiple of seq")
+    if dout.dtype != qkv.dtype or add is not None and add.dtype != qkv.dtype:
+        raise FuseprofKernelError("dout and add must have qkv's dtype")
+    batch = tokens // seq
+    if scale is None:
+        scale = d ** -0.5
+    qkv, dout = qkv.contiguous(), dout.contiguous()
+    add = None if add is None else add.contiguous()
+    dqkv = torch.empty_like(qkv)
+    dadd = None
+    if add is not None and need_add:
+        dadd = torch.zeros(add.shape[0], heads, seq, seq, device=qkv.device, dtype=torch.float32)
+    _check(lib().fpk_attention_backward(dt, _ptr(qkv), _ptr(dout), _ptr(add), _ptr(dqkv), _ptr(dadd), batch, seq,
+                                        heads, d, 0 if add is None else add.shape[0], float(scale), _stream()))
+    return dqkv, dadd
 
 
 def window_grid(h, w, window):

@@ -207,6 +207,67 @@ pub unsafe extern "C" fn fpk_attention(
     })
 }
 
+/// The backward pass of [`fpk_attention`] for seq <= 64 on a combined additive tensor
+/// (`add`, mask_kind 3's `[n_mask, heads, seq, padded_seq]`) or none (`add` 0): writes `dqkv`
+/// (the qkv layout) from `dout` (the output's gradient, `[batch * seq, heads * head_dim]`), and
+/// adds the additive tensor's gradient, summed over the batch entries sharing an entry, into
+/// `dadd` (`[n_mask, heads, seq, seq]` float32, zeroed by the caller; 0: not wanted).
+///
+/// # Safety
+/// Pointers must be device allocations of those extents; `dqkv` and `dadd` not overlapping the
+/// inputs.
+#[no_mangle]
+pub unsafe extern "C" fn fpk_attention_backward(
+    dtype: i32,
+    qkv: DevPtr,
+    dout: DevPtr,
+    add: DevPtr,
+    dqkv: DevPtr,
+    dadd: DevPtr,
+    batch: i64,
+    seq: i64,
+    heads: i64,
+    head_dim: i64,
+    n_mask: i64,
+    scale: f32,
+    stream: *mut c_void,
+) -> i32 {
+    guard(|| {
+        let p = AttentionParams {
+            dtype: DType::from_code(dtype)?,
+            batch: usize_arg("batch", batch)?,
+            seq: usize_arg("seq", seq)?,
+            heads: usize_arg("heads", heads)?,
+            head_dim: usize_arg("head_dim", head_dim)?,
+            scale,
+            has_bias: false,
+            mask: if add == 0 {
+                AttentionMask::None
+            } else {
+                AttentionMask::Combined {
+                    n_entries: usize_arg("n_mask", n_mask)?,
+                }
+            },
+        };
+        let bufs = crate::attention::BackwardBuffers {
+            qkv: ptr_arg("qkv", qkv)?,
+            dout: ptr_arg("dout", dout)?,
+            add: opt_ptr(add),
+            dqkv: ptr_arg("dqkv", dqkv)?,
+            dadd: opt_ptr(dadd),
+        };
+        // SAFETY: extents are the caller's contract, documented above.
+        unsafe {
+            crate::attention::launch_attention_backward(
+                Gpu::global()?,
+                &p,
+                &bufs,
+                RawStream(stream),
+            )
+        }
+    })
+}
+
 /// Combine a bias `[heads, seq, seq]` (may be 0) and a window mask `[n_mask, seq, seq]` (may be
 /// 0, then n_mask must be 1) into the `[n_mask, heads, seq, padded_seq]` additive tensor that
 /// `fpk_attention` takes with mask_kind 3. Once per layer (seq <= 64).

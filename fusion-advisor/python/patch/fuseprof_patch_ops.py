@@ -371,9 +371,28 @@ def _setup_window_attention(ctx, inputs, output):
     ctx.heads, ctx.seq, ctx.scale = heads, seq, scale
 
 
+def _window_backward_kernel(qkv, add, heads, seq):
+    """Whether fuseprof's own backward kernel (fmha_bwd_window) takes this call: 16-bit CUDA
+    tensors, at most 64 tokens, head dim 32 or 64, a kernels library that has it."""
+    d = qkv.shape[-1] // (3 * heads)
+    if not (qkv.is_cuda and qkv.dtype in (torch.float16, torch.bfloat16) and seq <= 64 and d in (32, 64)
+            and add.dtype == qkv.dtype):
+        return False
+    try:
+        return hasattr(_fk(), "attention_backward")
+    except Exception:  # noqa: BLE001 - no kernels library: PyTorch's ops do it
+        return False
+
+
 def _backward_window_attention(ctx, g):
     qkv, add = ctx.saved_tensors
     heads, seq = ctx.heads, ctx.seq
+    if _window_backward_kernel(qkv, add, heads, seq):
+        dqkv, dadd = _fk().attention_backward(qkv, g.to(qkv.dtype).reshape(-1, g.shape[-1]), heads, seq, add=add,
+                                              scale=ctx.scale, need_add=ctx.needs_input_grad[1])
+        if dadd is not None:
+            dadd = F.pad(dadd, (0, add.shape[-1] - seq)).to(add.dtype)
+        return dqkv.reshape(qkv.shape), dadd, None, None, None
     n_win = add.shape[0]
     batch = qkv.numel() // qkv.shape[-1] // seq
     dqkv, ds = _attention_backward(qkv, add[..., :seq], heads, seq, ctx.scale, g, ctx.needs_input_grad[1])
