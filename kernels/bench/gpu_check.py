@@ -6,7 +6,7 @@
     python3 kernels/bench/gpu_check.py --mode bench     # ours vs eager / torch.compile / SDPA, same run
     python3 kernels/bench/gpu_check.py --mode attn      # ViT / BERT attention: ours and SDPA, interleaved
     python3 kernels/bench/gpu_check.py --mode mlp       # the fused LN + MLP alone: its checks, then its rows
-    python3 kernels/bench/gpu_check.py --mode bwd       # the window attention backward: checks, then timings
+    python3 kernels/bench/gpu_check.py --mode bwd       # the backward kernels: checks, then timings
 
 Correctness: fresh random inputs per check, outputs poisoned with NaN before each run, compared
 with a float64 reference (relative Frobenius error < 1e-2, NaN never); in --mode check each
@@ -843,6 +843,72 @@ def check_bwd(dtype):
         guarded(f"attention backward: {name}", run)
 
 
+# Swin-T's window ops, batch 64 (B, H, W, C, window, shift), and a padded, wrapped small case.
+WIN_BWD_SHAPES = [("swin-t stage 1", 64, 56, 56, 96, 7, 3), ("swin-t stage 2", 64, 28, 28, 192, 7, 3),
+                  ("swin-t stage 3", 64, 14, 14, 384, 7, 3), ("swin-t stage 4", 64, 7, 7, 768, 7, 0),
+                  ("9 x 10, window 4, shift 2", 2, 9, 10, 48, 4, 2)]
+
+
+def check_window_bwd(dtype):
+    """LayerNorm + shift + partition and window reverse + residual + LayerNorm backward against
+    float64 autograd through the patch layer's reference forwards."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "fusion-advisor",
+                                    "python", "patch"))
+    import fuseprof_patch_ops as ops
+    eps = 1e-5
+    for name, B, H, W, C, ws, sh in WIN_BWD_SHAPES:
+        def run():
+            x = torch.randn(B, H, W, C, device=DEV).to(dtype)
+            gamma = (1 + 0.1 * torch.randn(C, device=DEV)).to(dtype)
+            beta = (0.1 * torch.randn(C, device=DEV)).to(dtype)
+            nw = B * -(-H // ws) * -(-W // ws)
+            dy = torch.randn(nw, ws * ws, C, device=DEV).to(dtype)
+            dx, dg, db = fk.ln_shift_partition_backward(dy, x, gamma, ws, sh, eps)
+            xd, gd, bd = (t.double().requires_grad_() for t in (x, gamma, beta))
+            ops.ref_ln_shift_partition(xd, gd, bd, ws, sh, eps).backward(dy.double())
+            record(f"ln_shift_partition backward dx: {name}", dtype, dx, xd.grad)
+            record(f"ln_shift_partition backward dgamma: {name}", dtype, dg, gd.grad)
+            record(f"ln_shift_partition backward dbeta: {name}", dtype, db, bd.grad)
+            win = torch.randn(nw, ws * ws, C, device=DEV).to(dtype)
+            sc = torch.randn(B, H, W, C, device=DEV).to(dtype)
+            y, _ = fk.window_reverse_residual(win, sc, ws, sh, gamma=gamma, beta=beta, eps=eps, with_ln=True)
+            g_out = torch.randn(B, H, W, C, device=DEV).to(dtype)
+            g_ln = torch.randn(B, H, W, C, device=DEV).to(dtype)
+            d_win, d_sc, dg2, db2 = fk.window_reverse_residual_backward(g_out, g_ln, y, gamma, ws, sh, eps)
+            wd, sd, gd2, bd2 = (t.double().requires_grad_() for t in (win, sc, gamma, beta))
+            out, ln = ops.ref_window_reverse_residual(wd, sd, ws, sh, gd2, bd2, eps)
+            torch.autograd.backward([out, ln], [g_out.double(), g_ln.double()])
+            record(f"window_reverse_residual backward d_windows: {name}", dtype, d_win, wd.grad)
+            record(f"window_reverse_residual backward d_shortcut: {name}", dtype, d_sc, sd.grad)
+            record(f"window_reverse_residual backward dgamma: {name}", dtype, dg2, gd2.grad)
+            record(f"window_reverse_residual backward dbeta: {name}", dtype, db2, bd2.grad)
+        guarded(f"window backward: {name}", run)
+
+
+def bench_window_bwd(dtype):
+    """Ours against the patch layer's backward in PyTorch's ops (roll, copies, native LayerNorm
+    backward), same inputs."""
+    from triton.testing import do_bench
+    import fuseprof_patch_ops as ops
+    eps = 1e-5
+    for name, B, H, W, C, ws, sh in WIN_BWD_SHAPES[:4]:
+        x = torch.randn(B, H, W, C, device=DEV).to(dtype)
+        gamma, beta = torch.ones(C, device=DEV, dtype=dtype), torch.zeros(C, device=DEV, dtype=dtype)
+        nw = B * -(-H // ws) * -(-W // ws)
+        dy = torch.randn(nw, ws * ws, C, device=DEV).to(dtype)
+
+        def torch_ops():
+            gy = ops._unpartition(dy, ws, sh, B, H, W)
+            return ops._ln_backward(gy.contiguous(), x, gamma, beta, eps)
+
+        ours = do_bench(lambda: fk.ln_shift_partition_backward(dy, x, gamma, ws, sh, eps), warmup=25, rep=200)
+        theirs = do_bench(torch_ops, warmup=25, rep=200)
+        BENCH.append(dict(kernel="ln_shift_partition backward", shape=name, dtype=str(dtype), ours_us=ours * 1e3,
+                          torch_us=theirs * 1e3, x_vs_torch=theirs / ours))
+        print(f"ln_shift_partition backward {name:18s} ours {ours * 1e3:8.1f} us  torch ops {theirs * 1e3:8.1f} us  "
+              f"{theirs / ours:5.2f}x", flush=True)
+
+
 def bench_bwd(dtype):
     """Ours against PyTorch's memory-efficient attention recomputing the forward and running its
     backward (the patch layer's other path), same inputs, interleaved."""
@@ -878,8 +944,10 @@ def main():
     if args.mode == "bwd":
         for dtype in (torch.float16, torch.bfloat16):
             check_bwd(dtype)
+            check_window_bwd(dtype)
         print(f"CHECKS: {sum(c['ok'] for c in CHECKS)}/{len(CHECKS)} passed", flush=True)
         bench_bwd(torch.bfloat16)
+        bench_window_bwd(torch.bfloat16)
         json.dump(dict(checks=CHECKS, rows=BENCH), open(os.path.join(OUT, "bwd.json"), "w"), indent=1)
         sys.exit(0 if all(c["ok"] for c in CHECKS) else 1)
     if args.mode == "mlp":

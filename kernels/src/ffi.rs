@@ -268,6 +268,111 @@ pub unsafe extern "C" fn fpk_attention_backward(
     })
 }
 
+/// The backward pass of [`fpk_ln_shift_partition`]: `dx` (`[B, H, W, C]`) from `dy` (the
+/// windows' gradient) and the forward's input `x`; `dgamma` and `dbeta` (`[C]` float32, zeroed by
+/// the caller, added into; both 0: not wanted). `gamma` may be 0.
+///
+/// # Safety
+/// Pointers must be device allocations of those extents; the outputs not overlapping the inputs.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn fpk_ln_shift_partition_backward(
+    dtype: i32,
+    dy: DevPtr,
+    x: DevPtr,
+    gamma: DevPtr,
+    dx: DevPtr,
+    dgamma: DevPtr,
+    dbeta: DevPtr,
+    batch: i64,
+    height: i64,
+    width: i64,
+    channels: i64,
+    window: i64,
+    shift: i64,
+    eps: f32,
+    stream: *mut c_void,
+) -> i32 {
+    guard(|| {
+        let dtype = DType::from_code(dtype)?;
+        let shape = window_shape(batch, height, width, channels, window, shift)?;
+        let bufs = crate::window::LnShiftPartitionBackwardBuffers {
+            dy: ptr_arg("dy", dy)?,
+            x: ptr_arg("x", x)?,
+            gamma: opt_ptr(gamma),
+            dx: ptr_arg("dx", dx)?,
+            dparams: (dgamma != 0 && dbeta != 0).then_some((dgamma, dbeta)),
+        };
+        // SAFETY: extents are the caller's contract.
+        unsafe {
+            crate::window::launch_ln_shift_partition_backward(
+                Gpu::global()?,
+                dtype,
+                &shape,
+                eps,
+                &bufs,
+                RawStream(stream),
+            )
+        }
+    })
+}
+
+/// The backward pass of [`fpk_window_reverse_residual`]: `d_windows` (the windows' layout) and
+/// `d_shortcut` (`[B, H, W, C]`, 0: not wanted) from `g_out` (the sum's gradient, 0: unused) and,
+/// where the forward had a LayerNorm, `g_ln` (its output's gradient) with `y` (the sum, its
+/// input); `dgamma` and `dbeta` as in [`fpk_ln_shift_partition_backward`].
+///
+/// # Safety
+/// Pointers must be device allocations of those extents; the outputs not overlapping the inputs.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn fpk_window_reverse_residual_backward(
+    dtype: i32,
+    g_out: DevPtr,
+    g_ln: DevPtr,
+    y: DevPtr,
+    gamma: DevPtr,
+    d_shortcut: DevPtr,
+    d_windows: DevPtr,
+    dgamma: DevPtr,
+    dbeta: DevPtr,
+    batch: i64,
+    height: i64,
+    width: i64,
+    channels: i64,
+    window: i64,
+    shift: i64,
+    eps: f32,
+    stream: *mut c_void,
+) -> i32 {
+    guard(|| {
+        let dtype = DType::from_code(dtype)?;
+        let shape = window_shape(batch, height, width, channels, window, shift)?;
+        if (g_ln == 0) != (y == 0) {
+            return Err(invalid("g_ln and y go together"));
+        }
+        let bufs = crate::window::WindowReverseBackwardBuffers {
+            g_out: opt_ptr(g_out),
+            layer_norm: (g_ln != 0).then_some((g_ln, y)),
+            gamma: opt_ptr(gamma),
+            d_windows: ptr_arg("d_windows", d_windows)?,
+            d_shortcut: opt_ptr(d_shortcut),
+            dparams: (dgamma != 0 && dbeta != 0).then_some((dgamma, dbeta)),
+        };
+        // SAFETY: extents are the caller's contract.
+        unsafe {
+            crate::window::launch_window_reverse_residual_backward(
+                Gpu::global()?,
+                dtype,
+                &shape,
+                eps,
+                &bufs,
+                RawStream(stream),
+            )
+        }
+    })
+}
+
 /// Combine a bias `[heads, seq, seq]` (may be 0) and a window mask `[n_mask, seq, seq]` (may be
 /// 0, then n_mask must be 1) into the `[n_mask, heads, seq, padded_seq]` additive tensor that
 /// `fpk_attention` takes with mask_kind 3. Once per layer (seq <= 64).

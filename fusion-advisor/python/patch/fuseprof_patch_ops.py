@@ -294,8 +294,28 @@ def _setup_ln_shift_partition(ctx, inputs, output):
     ctx.window, ctx.shift, ctx.eps = window, shift, eps
 
 
+def _window_backward_kernels(x):
+    """Whether fuseprof's window backward kernels take tensors like x: 16-bit CUDA tensors and a
+    kernels library that has them."""
+    if not (x.is_cuda and x.dtype in (torch.float16, torch.bfloat16)):
+        return False
+    try:
+        return hasattr(_fk(), "ln_shift_partition_backward")
+    except Exception:  # noqa: BLE001 - no kernels library: PyTorch's ops do it
+        return False
+
+
+def _param_grads(dg, db, gamma, beta):
+    return (None if dg is None else dg.to(gamma.dtype)), (None if db is None else db.to(beta.dtype))
+
+
 def _backward_ln_shift_partition(ctx, g):
     x, gamma, beta = ctx.saved_tensors
+    if _window_backward_kernels(x) and gamma.dtype == x.dtype:
+        need = ctx.needs_input_grad[1] or ctx.needs_input_grad[2]
+        dx, dg, db = _fk().ln_shift_partition_backward(g.to(x.dtype), x, gamma.contiguous(), ctx.window, ctx.shift,
+                                                       ctx.eps, need_params=need)
+        return (dx, *_param_grads(dg, db, gamma, beta), None, None, None)
     b, h, w, _ = x.shape
     gy = _unpartition(g, ctx.window, ctx.shift, b, h, w)
     dx, dgamma, dbeta = _ln_backward(gy.contiguous(), x, gamma, beta, ctx.eps)
@@ -304,9 +324,14 @@ def _backward_ln_shift_partition(ctx, g):
 
 def _setup_window_reverse_add(ctx, inputs, output):
     ctx.window, ctx.shift = inputs[2], inputs[3]
+    ctx.win_shape = inputs[0].shape
 
 
 def _backward_window_reverse_add(ctx, g):
+    if _window_backward_kernels(g):
+        d_win, _, _, _ = _fk().window_reverse_residual_backward(g, None, None, None, ctx.window, ctx.shift,
+                                                                need_shortcut=False, need_params=False)
+        return d_win.view(ctx.win_shape), g, None, None
     return _repartition(g, ctx.window, ctx.shift), g, None, None
 
 
@@ -314,10 +339,17 @@ def _setup_window_reverse_residual(ctx, inputs, output):
     windows, shortcut, window, shift, gamma, beta, eps = inputs
     ctx.save_for_backward(output[0], gamma, beta)
     ctx.window, ctx.shift, ctx.eps = window, shift, eps
+    ctx.win_shape = windows.shape
 
 
 def _backward_window_reverse_residual(ctx, g_out, g_ln):
     out, gamma, beta = ctx.saved_tensors
+    if _window_backward_kernels(out) and gamma.dtype == out.dtype:
+        need = ctx.needs_input_grad[4] or ctx.needs_input_grad[5]
+        d_win, d_sc, dg, db = _fk().window_reverse_residual_backward(
+            g_out.to(out.dtype), g_ln.to(out.dtype), out, gamma.contiguous(), ctx.window, ctx.shift, ctx.eps,
+            need_params=need)
+        return (d_win.view(ctx.win_shape), d_sc, None, None, *_param_grads(dg, db, gamma, beta), None)
     dx, dgamma, dbeta = _ln_backward(g_ln.contiguous(), out, gamma, beta, ctx.eps)
     g = g_out + dx
     return _repartition(g, ctx.window, ctx.shift), g, None, None, dgamma, dbeta, None
