@@ -1756,6 +1756,13 @@ pub fn render(r: &ModelBenchReport, top: usize) -> String {
                     m["graph_kept"].as_bool(),
                     &r.patch["eager_choice"][name.as_str()],
                 ) {
+                    (Some(false), c) if c["training"] == true => format!(
+                        "in eager mode its forward and backward ran slower than the model's own \
+                         on the first calls ({:.2} vs {:.2} ms): the model trains through its \
+                         own forward",
+                        c["captured_ms"].as_f64().unwrap_or(f64::NAN),
+                        c["own_ms"].as_f64().unwrap_or(f64::NAN)
+                    ),
                     (Some(false), c) => format!(
                         "in eager mode it ran slower than the model's own forward on the first \
                          calls ({:.2} vs {:.2} ms), which runs instead, with the class patches",

@@ -6,6 +6,7 @@
     python3 kernels/bench/gpu_check.py --mode bench     # ours vs eager / torch.compile / SDPA, same run
     python3 kernels/bench/gpu_check.py --mode attn      # ViT / BERT attention: ours and SDPA, interleaved
     python3 kernels/bench/gpu_check.py --mode mlp       # the fused LN + MLP alone: its checks, then its rows
+    python3 kernels/bench/gpu_check.py --mode bwd       # the backward kernels: checks, then timings
 
 Correctness: fresh random inputs per check, outputs poisoned with NaN before each run, compared
 with a float64 reference (relative Frobenius error < 1e-2, NaN never); in --mode check each
@@ -798,9 +799,138 @@ def write_md(info, ceil):
     print("\n".join(lines), flush=True)
 
 
+# ----------------------------------------------------------------------------- attention backward
+# Swin-T's window attention, batch 64 (windows x images, heads, tokens, head dim, term entries).
+BWD_SHAPES = [("swin-t stage 1", 4096, 3, 49, 32, 64), ("swin-t stage 2", 1024, 6, 49, 32, 16),
+              ("swin-t stage 3", 256, 12, 49, 32, 4), ("swin-t stage 4", 64, 24, 49, 32, 1),
+              ("head dim 64, 40 tokens", 96, 4, 40, 64, 8)]
+
+
+def window_case(B, H, N, D, M, dtype):
+    qkv = (torch.randn(B * N, 3 * H * D, device=DEV) * 0.5).to(dtype)
+    term = torch.randn(M, H, N, N, device=DEV) * 2.0
+    term[1::2, :, :, N // 2:] -= 100.0  # a shifted-window mask on odd entries
+    add = F.pad(term, (0, -(-N // 8) * 8 - N), value=float("-inf")).to(dtype).contiguous()
+    dout = torch.randn(B * N, H * D, device=DEV).to(dtype)
+    return qkv, add, dout
+
+
+def bwd_reference(qkv, add, dout, H, N, scale):
+    """(dqkv, dadd [M, H, N, N]) by float64 autograd through softmax(scale q k^T + add) v."""
+    B = qkv.shape[0] // N
+    D = qkv.shape[1] // (3 * H)
+    M = add.shape[0]
+    x = qkv.double().requires_grad_()
+    a = add[..., :N].double().requires_grad_()
+    q, k, v = x.view(B, N, 3, H, D).permute(2, 0, 3, 1, 4)
+    s = (q @ k.transpose(-1, -2)) * scale + a.repeat(B // M, 1, 1, 1)
+    out = (s.softmax(-1) @ v).transpose(1, 2).reshape(B * N, H * D)
+    out.backward(dout.double())
+    return x.grad, a.grad
+
+
+def check_bwd(dtype):
+    for name, B, H, N, D, M in BWD_SHAPES:
+        def run():
+            qkv, add, dout = window_case(B, H, N, D, M, dtype)
+            scale = D ** -0.5
+            dqkv, dadd = fk.attention_backward(qkv, dout, H, N, add=add, scale=scale)
+            want_x, want_a = bwd_reference(qkv, add, dout, H, N, scale)
+            for part, i in (("dq", 0), ("dk", 1), ("dv", 2)):
+                got = dqkv.view(B * N, 3, H * D)[:, i]
+                record(f"attention backward {part}: {name}", dtype, got, want_x.view(B * N, 3, H * D)[:, i])
+            record(f"attention backward dadd: {name}", dtype, dadd, want_a)
+        guarded(f"attention backward: {name}", run)
+
+
+# Swin-T's window ops, batch 64 (B, H, W, C, window, shift), and a padded, wrapped small case.
+WIN_BWD_SHAPES = [("swin-t stage 1", 64, 56, 56, 96, 7, 3), ("swin-t stage 2", 64, 28, 28, 192, 7, 3),
+                  ("swin-t stage 3", 64, 14, 14, 384, 7, 3), ("swin-t stage 4", 64, 7, 7, 768, 7, 0),
+                  ("9 x 10, window 4, shift 2", 2, 9, 10, 48, 4, 2)]
+
+
+def check_window_bwd(dtype):
+    """LayerNorm + shift + partition and window reverse + residual + LayerNorm backward against
+    float64 autograd through the patch layer's reference forwards."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "fusion-advisor",
+                                    "python", "patch"))
+    import fuseprof_patch_ops as ops
+    eps = 1e-5
+    for name, B, H, W, C, ws, sh in WIN_BWD_SHAPES:
+        def run():
+            x = torch.randn(B, H, W, C, device=DEV).to(dtype)
+            gamma = (1 + 0.1 * torch.randn(C, device=DEV)).to(dtype)
+            beta = (0.1 * torch.randn(C, device=DEV)).to(dtype)
+            nw = B * -(-H // ws) * -(-W // ws)
+            dy = torch.randn(nw, ws * ws, C, device=DEV).to(dtype)
+            dx, dg, db = fk.ln_shift_partition_backward(dy, x, gamma, ws, sh, eps)
+            xd, gd, bd = (t.double().requires_grad_() for t in (x, gamma, beta))
+            ops.ref_ln_shift_partition(xd, gd, bd, ws, sh, eps).backward(dy.double())
+            record(f"ln_shift_partition backward dx: {name}", dtype, dx, xd.grad)
+            record(f"ln_shift_partition backward dgamma: {name}", dtype, dg, gd.grad)
+            record(f"ln_shift_partition backward dbeta: {name}", dtype, db, bd.grad)
+            win = torch.randn(nw, ws * ws, C, device=DEV).to(dtype)
+            sc = torch.randn(B, H, W, C, device=DEV).to(dtype)
+            y, _ = fk.window_reverse_residual(win, sc, ws, sh, gamma=gamma, beta=beta, eps=eps, with_ln=True)
+            g_out = torch.randn(B, H, W, C, device=DEV).to(dtype)
+            g_ln = torch.randn(B, H, W, C, device=DEV).to(dtype)
+            d_win, d_sc, dg2, db2 = fk.window_reverse_residual_backward(g_out, g_ln, y, gamma, ws, sh, eps)
+            wd, sd, gd2, bd2 = (t.double().requires_grad_() for t in (win, sc, gamma, beta))
+            out, ln = ops.ref_window_reverse_residual(wd, sd, ws, sh, gd2, bd2, eps)
+            torch.autograd.backward([out, ln], [g_out.double(), g_ln.double()])
+            record(f"window_reverse_residual backward d_windows: {name}", dtype, d_win, wd.grad)
+            record(f"window_reverse_residual backward d_shortcut: {name}", dtype, d_sc, sd.grad)
+            record(f"window_reverse_residual backward dgamma: {name}", dtype, dg2, gd2.grad)
+            record(f"window_reverse_residual backward dbeta: {name}", dtype, db2, bd2.grad)
+        guarded(f"window backward: {name}", run)
+
+
+def bench_window_bwd(dtype):
+    """Ours against the patch layer's backward in PyTorch's ops (roll, copies, native LayerNorm
+    backward), same inputs."""
+    from triton.testing import do_bench
+    import fuseprof_patch_ops as ops
+    eps = 1e-5
+    for name, B, H, W, C, ws, sh in WIN_BWD_SHAPES[:4]:
+        x = torch.randn(B, H, W, C, device=DEV).to(dtype)
+        gamma, beta = torch.ones(C, device=DEV, dtype=dtype), torch.zeros(C, device=DEV, dtype=dtype)
+        nw = B * -(-H // ws) * -(-W // ws)
+        dy = torch.randn(nw, ws * ws, C, device=DEV).to(dtype)
+
+        def torch_ops():
+            gy = ops._unpartition(dy, ws, sh, B, H, W)
+            return ops._ln_backward(gy.contiguous(), x, gamma, beta, eps)
+
+        ours = do_bench(lambda: fk.ln_shift_partition_backward(dy, x, gamma, ws, sh, eps), warmup=25, rep=200)
+        theirs = do_bench(torch_ops, warmup=25, rep=200)
+        BENCH.append(dict(kernel="ln_shift_partition backward", shape=name, dtype=str(dtype), ours_us=ours * 1e3,
+                          torch_us=theirs * 1e3, x_vs_torch=theirs / ours))
+        print(f"ln_shift_partition backward {name:18s} ours {ours * 1e3:8.1f} us  torch ops {theirs * 1e3:8.1f} us  "
+              f"{theirs / ours:5.2f}x", flush=True)
+
+
+def bench_bwd(dtype):
+    """Ours against PyTorch's memory-efficient attention recomputing the forward and running its
+    backward (the patch layer's other path), same inputs, interleaved."""
+    from triton.testing import do_bench
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "fusion-advisor",
+                                    "python", "patch"))
+    import fuseprof_patch_ops as ops
+    for name, B, H, N, D, M in BWD_SHAPES:
+        qkv, add, dout = window_case(B, H, N, D, M, dtype)
+        scale = D ** -0.5
+        ours = do_bench(lambda: fk.attention_backward(qkv, dout, H, N, add=add, scale=scale), warmup=25, rep=200)
+        theirs = do_bench(lambda: ops._attention_backward_cuda(qkv, add[..., :N], H, N, scale, dout, True),
+                          warmup=25, rep=200)
+        BENCH.append(dict(kernel="attention backward", shape=name, dtype=str(dtype), ours_us=ours * 1e3,
+                          efficient_us=theirs * 1e3, x_vs_efficient=theirs / ours))
+        print(f"attention backward {name:24s} ours {ours * 1e3:8.1f} us  efficient attention "
+              f"{theirs * 1e3:8.1f} us  {theirs / ours:5.2f}x", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mode", choices=["check", "small", "race", "bench", "attn", "mlp"], default="check",
+    ap.add_argument("--mode", choices=["check", "small", "race", "bench", "attn", "mlp", "bwd"], default="check",
                     help="race = small shapes without the cuBLASLt GEMMs (racecheck cannot run cuBLASLt's "
                          "Hopper kernels: 'failed to handle a hardware exception')")
     ap.add_argument("--json", help="file name in $OUT for the checks' results (default check.json, "
@@ -811,6 +941,15 @@ def main():
     if args.mode == "attn":  # compiles only what it runs
         attn_rounds()
         return
+    if args.mode == "bwd":
+        for dtype in (torch.float16, torch.bfloat16):
+            check_bwd(dtype)
+            check_window_bwd(dtype)
+        print(f"CHECKS: {sum(c['ok'] for c in CHECKS)}/{len(CHECKS)} passed", flush=True)
+        bench_bwd(torch.bfloat16)
+        bench_window_bwd(torch.bfloat16)
+        json.dump(dict(checks=CHECKS, rows=BENCH), open(os.path.join(OUT, "bwd.json"), "w"), indent=1)
+        sys.exit(0 if all(c["ok"] for c in CHECKS) else 1)
     if args.mode == "mlp":
         for dtype in (torch.float16, torch.bfloat16):
             check_mlp(dtype, False)

@@ -46,6 +46,11 @@ _SIGS = {
     "fpk_abi_version": [],
     "fpk_attention": [_I32, _U64, _U64, _U64, _U64, _I64, _I64, _I64, _I64, _I32, _I64, _F32, _VP],
     "fpk_attention_combine": [_I32, _U64, _U64, _U64, _I64, _I64, _I64, _VP],
+    "fpk_attention_backward": [_I32, _U64, _U64, _U64, _U64, _U64, _I64, _I64, _I64, _I64, _I64, _F32, _VP],
+    "fpk_ln_shift_partition_backward": [_I32, _U64, _U64, _U64, _U64, _U64, _U64, _I64, _I64, _I64, _I64, _I64,
+                                        _I64, _F32, _VP],
+    "fpk_window_reverse_residual_backward": [_I32, _U64, _U64, _U64, _U64, _U64, _U64, _U64, _U64, _I64, _I64, _I64,
+                                             _I64, _I64, _I64, _F32, _VP],
     "fpk_ln_shift_partition": [_I32, _U64, _U64, _U64, _U64, _I64, _I64, _I64, _I64, _I64, _I64, _F32, _VP],
     "fpk_window_reverse_residual": [_I32, _U64, _U64, _U64, _U64, _U64, _U64, _I64, _I64, _I64, _I64, _I64,
                                     _I64, _F32, _VP],
@@ -165,6 +170,33 @@ def attention(qkv, heads, seq, bias=None, window_mask=None, key_padding_mask=Non
     return out
 
 
+def attention_backward(qkv, dout, heads, seq, add=None, scale=None, need_add=True):
+    """The gradient of attention(qkv, heads, seq, add=add, scale=scale) for seq <= 64: (dqkv,
+    dadd). dout: [B*seq, heads*d] in qkv's dtype; dqkv like qkv; dadd: [n, heads, seq, seq]
+    float32, the additive tensor's gradient summed over the batch entries that share an entry
+    (None without add, or when need_add is false). The probabilities are recomputed from qkv and
+    add: nothing of the forward is kept."""
+    dt = _dt(qkv)
+    tokens = qkv.numel() // qkv.shape[-1]
+    d = qkv.shape[-1] // (3 * heads)
+    if tokens % seq:
+        raise FuseprofKernelError("token count is not a multiple of seq")
+    if dout.dtype != qkv.dtype or add is not None and add.dtype != qkv.dtype:
+        raise FuseprofKernelError("dout and add must have qkv's dtype")
+    batch = tokens // seq
+    if scale is None:
+        scale = d ** -0.5
+    qkv, dout = qkv.contiguous(), dout.contiguous()
+    add = None if add is None else add.contiguous()
+    dqkv = torch.empty_like(qkv)
+    dadd = None
+    if add is not None and need_add:
+        dadd = torch.zeros(add.shape[0], heads, seq, seq, device=qkv.device, dtype=torch.float32)
+    _check(lib().fpk_attention_backward(dt, _ptr(qkv), _ptr(dout), _ptr(add), _ptr(dqkv), _ptr(dadd), batch, seq,
+                                        heads, d, 0 if add is None else add.shape[0], float(scale), _stream()))
+    return dqkv, dadd
+
+
 def window_grid(h, w, window):
     return -(-h // window), -(-w // window)
 
@@ -195,6 +227,47 @@ def window_reverse_residual(windows, shortcut, window, shift, gamma=None, beta=N
                                              _ptr(ln_out) if with_ln else 0, B, H, W, C, window, shift, float(eps),
                                              _stream()))
     return (out, ln_out) if with_ln else out
+
+
+def ln_shift_partition_backward(dy, x, gamma, window, shift, eps=1e-5, need_params=True):
+    """The gradient of ln_shift_partition(x, gamma, beta, window, shift, eps): (dx, dgamma, dbeta)
+    for the windows' gradient dy [B*nWh*nWw, window*window, C]; dgamma and dbeta float32 [C]
+    (None when need_params is false). gamma in x's dtype or None."""
+    dt = _dt(x)
+    B, H, W, C = x.shape
+    dy, x = dy.contiguous(), x.contiguous()  # kept until the launch: a freed copy could be reused
+    dx = torch.empty_like(x)
+    dgamma = dbeta = None
+    if need_params:
+        dgamma = torch.zeros(C, device=x.device, dtype=torch.float32)
+        dbeta = torch.zeros(C, device=x.device, dtype=torch.float32)
+    _check(lib().fpk_ln_shift_partition_backward(dt, _ptr(dy), _ptr(x), _ptr(gamma),
+                                                 _ptr(dx), _ptr(dgamma), _ptr(dbeta), B, H, W, C, window, shift,
+                                                 float(eps), _stream()))
+    return dx, dgamma, dbeta
+
+
+def window_reverse_residual_backward(g_out, g_ln, y, gamma, window, shift, eps=1e-5, need_shortcut=True,
+                                     need_params=True):
+    """The gradient of window_reverse_residual(windows, shortcut, window, shift, gamma, beta, eps,
+    with_ln=g_ln is not None): (d_windows, d_shortcut, dgamma, dbeta) for the sum's gradient g_out
+    (or None) and the LayerNorm output's g_ln (or None) at the saved sum y [B, H, W, C]."""
+    c = lambda t: None if t is None else t.contiguous()  # noqa: E731
+    g_out, g_ln, y = c(g_out), c(g_ln), c(y)  # kept until the launch: a freed copy could be reused
+    ref = g_out if g_out is not None else g_ln
+    dt = _dt(ref)
+    B, H, W, C = ref.shape
+    nwh, nww = window_grid(H, W, window)
+    d_windows = torch.empty(B * nwh * nww, window * window, C, device=ref.device, dtype=ref.dtype)
+    d_shortcut = torch.empty_like(ref) if need_shortcut else None
+    dgamma = dbeta = None
+    if need_params and g_ln is not None:
+        dgamma = torch.zeros(C, device=ref.device, dtype=torch.float32)
+        dbeta = torch.zeros(C, device=ref.device, dtype=torch.float32)
+    _check(lib().fpk_window_reverse_residual_backward(dt, _ptr(g_out), _ptr(g_ln), _ptr(y), _ptr(gamma),
+                                                      _ptr(d_shortcut), _ptr(d_windows), _ptr(dgamma), _ptr(dbeta),
+                                                      B, H, W, C, window, shift, float(eps), _stream()))
+    return d_windows, d_shortcut, dgamma, dbeta
 
 
 def bias_residual(x, bias, res, out=None):

@@ -207,6 +207,172 @@ pub unsafe extern "C" fn fpk_attention(
     })
 }
 
+/// The backward pass of [`fpk_attention`] for seq <= 64 on a combined additive tensor
+/// (`add`, mask_kind 3's `[n_mask, heads, seq, padded_seq]`) or none (`add` 0): writes `dqkv`
+/// (the qkv layout) from `dout` (the output's gradient, `[batch * seq, heads * head_dim]`), and
+/// adds the additive tensor's gradient, summed over the batch entries sharing an entry, into
+/// `dadd` (`[n_mask, heads, seq, seq]` float32, zeroed by the caller; 0: not wanted).
+///
+/// # Safety
+/// Pointers must be device allocations of those extents; `dqkv` and `dadd` not overlapping the
+/// inputs.
+#[no_mangle]
+pub unsafe extern "C" fn fpk_attention_backward(
+    dtype: i32,
+    qkv: DevPtr,
+    dout: DevPtr,
+    add: DevPtr,
+    dqkv: DevPtr,
+    dadd: DevPtr,
+    batch: i64,
+    seq: i64,
+    heads: i64,
+    head_dim: i64,
+    n_mask: i64,
+    scale: f32,
+    stream: *mut c_void,
+) -> i32 {
+    guard(|| {
+        let p = AttentionParams {
+            dtype: DType::from_code(dtype)?,
+            batch: usize_arg("batch", batch)?,
+            seq: usize_arg("seq", seq)?,
+            heads: usize_arg("heads", heads)?,
+            head_dim: usize_arg("head_dim", head_dim)?,
+            scale,
+            has_bias: false,
+            mask: if add == 0 {
+                AttentionMask::None
+            } else {
+                AttentionMask::Combined {
+                    n_entries: usize_arg("n_mask", n_mask)?,
+                }
+            },
+        };
+        let bufs = crate::attention::BackwardBuffers {
+            qkv: ptr_arg("qkv", qkv)?,
+            dout: ptr_arg("dout", dout)?,
+            add: opt_ptr(add),
+            dqkv: ptr_arg("dqkv", dqkv)?,
+            dadd: opt_ptr(dadd),
+        };
+        // SAFETY: extents are the caller's contract, documented above.
+        unsafe {
+            crate::attention::launch_attention_backward(
+                Gpu::global()?,
+                &p,
+                &bufs,
+                RawStream(stream),
+            )
+        }
+    })
+}
+
+/// The backward pass of [`fpk_ln_shift_partition`]: `dx` (`[B, H, W, C]`) from `dy` (the
+/// windows' gradient) and the forward's input `x`; `dgamma` and `dbeta` (`[C]` float32, zeroed by
+/// the caller, added into; both 0: not wanted). `gamma` may be 0.
+///
+/// # Safety
+/// Pointers must be device allocations of those extents; the outputs not overlapping the inputs.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn fpk_ln_shift_partition_backward(
+    dtype: i32,
+    dy: DevPtr,
+    x: DevPtr,
+    gamma: DevPtr,
+    dx: DevPtr,
+    dgamma: DevPtr,
+    dbeta: DevPtr,
+    batch: i64,
+    height: i64,
+    width: i64,
+    channels: i64,
+    window: i64,
+    shift: i64,
+    eps: f32,
+    stream: *mut c_void,
+) -> i32 {
+    guard(|| {
+        let dtype = DType::from_code(dtype)?;
+        let shape = window_shape(batch, height, width, channels, window, shift)?;
+        let bufs = crate::window::LnShiftPartitionBackwardBuffers {
+            dy: ptr_arg("dy", dy)?,
+            x: ptr_arg("x", x)?,
+            gamma: opt_ptr(gamma),
+            dx: ptr_arg("dx", dx)?,
+            dparams: (dgamma != 0 && dbeta != 0).then_some((dgamma, dbeta)),
+        };
+        // SAFETY: extents are the caller's contract.
+        unsafe {
+            crate::window::launch_ln_shift_partition_backward(
+                Gpu::global()?,
+                dtype,
+                &shape,
+                eps,
+                &bufs,
+                RawStream(stream),
+            )
+        }
+    })
+}
+
+/// The backward pass of [`fpk_window_reverse_residual`]: `d_windows` (the windows' layout) and
+/// `d_shortcut` (`[B, H, W, C]`, 0: not wanted) from `g_out` (the sum's gradient, 0: unused) and,
+/// where the forward had a LayerNorm, `g_ln` (its output's gradient) with `y` (the sum, its
+/// input); `dgamma` and `dbeta` as in [`fpk_ln_shift_partition_backward`].
+///
+/// # Safety
+/// Pointers must be device allocations of those extents; the outputs not overlapping the inputs.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn fpk_window_reverse_residual_backward(
+    dtype: i32,
+    g_out: DevPtr,
+    g_ln: DevPtr,
+    y: DevPtr,
+    gamma: DevPtr,
+    d_shortcut: DevPtr,
+    d_windows: DevPtr,
+    dgamma: DevPtr,
+    dbeta: DevPtr,
+    batch: i64,
+    height: i64,
+    width: i64,
+    channels: i64,
+    window: i64,
+    shift: i64,
+    eps: f32,
+    stream: *mut c_void,
+) -> i32 {
+    guard(|| {
+        let dtype = DType::from_code(dtype)?;
+        let shape = window_shape(batch, height, width, channels, window, shift)?;
+        if (g_ln == 0) != (y == 0) {
+            return Err(invalid("g_ln and y go together"));
+        }
+        let bufs = crate::window::WindowReverseBackwardBuffers {
+            g_out: opt_ptr(g_out),
+            layer_norm: (g_ln != 0).then_some((g_ln, y)),
+            gamma: opt_ptr(gamma),
+            d_windows: ptr_arg("d_windows", d_windows)?,
+            d_shortcut: opt_ptr(d_shortcut),
+            dparams: (dgamma != 0 && dbeta != 0).then_some((dgamma, dbeta)),
+        };
+        // SAFETY: extents are the caller's contract.
+        unsafe {
+            crate::window::launch_window_reverse_residual_backward(
+                Gpu::global()?,
+                dtype,
+                &shape,
+                eps,
+                &bufs,
+                RawStream(stream),
+            )
+        }
+    })
+}
+
 /// Combine a bias `[heads, seq, seq]` (may be 0) and a window mask `[n_mask, seq, seq]` (may be
 /// 0, then n_mask must be 1) into the `[n_mask, heads, seq, padded_seq]` additive tensor that
 /// `fpk_attention` takes with mask_kind 3. Once per layer (seq <= 64).

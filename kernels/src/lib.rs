@@ -69,9 +69,10 @@ pub use error::{Error, Result};
 pub use runtime::{DevPtr, Gpu, LaunchConfig, RawStream, Source};
 
 /// Every kernel source of the crate, as its family declares it.
-pub fn all_sources() -> [Source; 7] {
+pub fn all_sources() -> [Source; 8] {
     [
         attention::short::SOURCE,
+        attention::backward::SOURCE,
         attention::long::SOURCE,
         attention::sm90::SOURCE,
         window::SOURCE,

@@ -9,6 +9,8 @@ pub const FMHA_SHORT: &str = include_str!("cu/fmha_short.cu");
 pub const FMHA_LONG: &str = include_str!("cu/fmha_long.cu");
 /// `fmha_sm90.cu`: `fmha_fwd_long_tma` and `fmha_fwd_item_tma`, the Hopper (sm_90a) kernels.
 pub const FMHA_SM90: &str = include_str!("cu/fmha_sm90.cu");
+/// `fmha_bwd.cu`: `fmha_bwd_window`, the backward pass of attention over at most 64 tokens.
+pub const FMHA_BWD: &str = include_str!("cu/fmha_bwd.cu");
 /// `window.cu`: Swin's LayerNorm + shift + partition and window reverse + shift + residual.
 pub const WINDOW: &str = include_str!("cu/window.cu");
 /// `elementwise.cu`: bias + residual, bias + GELU, the zero-padding copy.
@@ -46,6 +48,7 @@ mod tests {
             .chain([
                 "fmha_short.cu",
                 "fmha_long.cu",
+                "fmha_bwd.cu",
                 "fmha_sm90.cu",
                 "window.cu",
                 "elementwise.cu",

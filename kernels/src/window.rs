@@ -5,6 +5,9 @@
 //!   (timm's `norm1` -> `roll` -> `pad` -> `window_partition`).
 //! * [`launch_window_reverse_residual`]: window reverse, crop, cyclic shift by `+shift`, residual
 //!   add, and optionally the next LayerNorm as a second output.
+//! * [`launch_ln_shift_partition_backward`], [`launch_window_reverse_residual_backward`]: their
+//!   backward passes: the inverse index map with LayerNorm's backward (statistics recomputed
+//!   from the saved rows), dgamma and dbeta summed per block and added with fp32 atomics.
 
 use crate::dtype::DType;
 use crate::error::{invalid, Result};
@@ -27,6 +30,8 @@ pub const SOURCE: Source = Source {
         "window_reverse_residual_3",
         "window_reverse_residual_4",
         "window_reverse_residual_scalar",
+        "ln_shift_partition_backward",
+        "window_reverse_residual_backward",
     ],
 };
 
@@ -317,7 +322,245 @@ pub unsafe fn launch_window_reverse_residual(
     }
 }
 
-/// CPU reference: LayerNorm over the last dimension (f64 statistics).
+/// Blocks of the backward kernels: one warp per row, grid-striding, at most this many blocks
+/// (each adds its dgamma / dbeta sums once).
+const BACKWARD_MAX_BLOCKS: u64 = 2048;
+
+fn backward_config(shape: &WindowShape) -> Result<LaunchConfig> {
+    let rows = shape.partition_rows() as u64;
+    let warps = (THREADS / 32) as u64;
+    let mut cfg =
+        LaunchConfig::linear(rows.div_ceil(warps).clamp(1, BACKWARD_MAX_BLOCKS), THREADS)?;
+    cfg.shared_bytes = (2 * shape.channels * std::mem::size_of::<f32>()) as u32;
+    Ok(cfg)
+}
+
+/// `args` followed by the window geometry the backward kernels take (H, W, C, ws, the shifts,
+/// the window grid).
+fn window_args(args: Args, shape: &WindowShape) -> Args {
+    let (sh, sw) = shape.shifts();
+    args.i32(shape.height as i32)
+        .i32(shape.width as i32)
+        .i32(shape.channels as i32)
+        .i32(shape.window as i32)
+        .i32(sh as i32)
+        .i32(sw as i32)
+        .i32(shape.windows_h() as i32)
+        .i32(shape.windows_w() as i32)
+}
+
+/// Buffers of [`launch_ln_shift_partition_backward`].
+#[derive(Debug, Clone, Copy)]
+pub struct LnShiftPartitionBackwardBuffers {
+    /// `[B * nWh * nWw, ws * ws, C]`: the gradient of the partition's output.
+    pub dy: DevPtr,
+    /// `[B, H, W, C]`: the forward's input.
+    pub x: DevPtr,
+    /// `[C]`, or None for no scale.
+    pub gamma: Option<DevPtr>,
+    /// `[B, H, W, C]`, written whole.
+    pub dx: DevPtr,
+    /// `([C], [C])` fp32 dgamma and dbeta, zeroed by the caller, added into; None: not wanted.
+    pub dparams: Option<(DevPtr, DevPtr)>,
+}
+
+/// The backward pass of [`launch_ln_shift_partition`].
+///
+/// # Safety
+/// Pointers must be device allocations of the current context with the extents documented on
+/// [`LnShiftPartitionBackwardBuffers`]; the outputs must not overlap the inputs.
+pub unsafe fn launch_ln_shift_partition_backward(
+    gpu: &Gpu,
+    dtype: DType,
+    shape: &WindowShape,
+    eps: f32,
+    bufs: &LnShiftPartitionBackwardBuffers,
+    stream: RawStream,
+) -> Result<()> {
+    shape.validate()?;
+    let (dgamma, dbeta) = bufs.dparams.unwrap_or((0, 0));
+    let head = Args::default()
+        .ptr(bufs.dy)
+        .ptr(bufs.x)
+        .ptr(bufs.gamma.unwrap_or(0))
+        .ptr(bufs.dx)
+        .ptr(dgamma)
+        .ptr(dbeta);
+    let args = window_args(head, shape)
+        .f32(eps)
+        .i64(shape.partition_rows() as i64);
+    // SAFETY: the argument list matches ln_shift_partition_backward's; the kernel strides over
+    // the partition rows whatever the grid; extents are the caller's contract.
+    unsafe {
+        gpu.launch(
+            &SOURCE,
+            dtype,
+            0,
+            "ln_shift_partition_backward",
+            backward_config(shape)?,
+            stream,
+            args,
+        )
+    }
+}
+
+/// Buffers of [`launch_window_reverse_residual_backward`].
+#[derive(Debug, Clone, Copy)]
+pub struct WindowReverseBackwardBuffers {
+    /// `[B, H, W, C]`: the gradient of the residual sum, or None where it was not used.
+    pub g_out: Option<DevPtr>,
+    /// `([B, H, W, C], [B, H, W, C])`: the gradient of the LayerNorm's output and the forward's
+    /// residual sum (its input), where the forward had a LayerNorm.
+    pub layer_norm: Option<(DevPtr, DevPtr)>,
+    /// `[C]`, or None for no scale.
+    pub gamma: Option<DevPtr>,
+    /// `[B * nWh * nWw, ws * ws, C]`, written whole (zero on the padding rows).
+    pub d_windows: DevPtr,
+    /// `[B, H, W, C]`, or None where not wanted (it equals the sum's whole gradient).
+    pub d_shortcut: Option<DevPtr>,
+    /// `([C], [C])` fp32 dgamma and dbeta, zeroed by the caller, added into; None: not wanted.
+    pub dparams: Option<(DevPtr, DevPtr)>,
+}
+
+/// The backward pass of [`launch_window_reverse_residual`].
+///
+/// # Safety
+/// Pointers must be device allocations of the current context with the extents documented on
+/// [`WindowReverseBackwardBuffers`]; the outputs must not overlap the inputs.
+pub unsafe fn launch_window_reverse_residual_backward(
+    gpu: &Gpu,
+    dtype: DType,
+    shape: &WindowShape,
+    eps: f32,
+    bufs: &WindowReverseBackwardBuffers,
+    stream: RawStream,
+) -> Result<()> {
+    shape.validate()?;
+    if bufs.g_out.is_none() && bufs.layer_norm.is_none() {
+        return Err(invalid("window reverse backward: no gradient given"));
+    }
+    let (g_ln, y) = bufs.layer_norm.unwrap_or((0, 0));
+    let (dgamma, dbeta) = bufs.dparams.unwrap_or((0, 0));
+    let head = Args::default()
+        .ptr(bufs.g_out.unwrap_or(0))
+        .ptr(g_ln)
+        .ptr(y)
+        .ptr(bufs.gamma.unwrap_or(0))
+        .ptr(bufs.d_shortcut.unwrap_or(0))
+        .ptr(bufs.d_windows)
+        .ptr(dgamma)
+        .ptr(dbeta);
+    let args = window_args(head, shape)
+        .f32(eps)
+        .i64(shape.partition_rows() as i64);
+    // SAFETY: the argument list matches window_reverse_residual_backward's; the kernel strides
+    // over the partition rows whatever the grid; extents are the caller's contract.
+    unsafe {
+        gpu.launch(
+            &SOURCE,
+            dtype,
+            0,
+            "window_reverse_residual_backward",
+            backward_config(shape)?,
+            stream,
+            args,
+        )
+    }
+}
+
+/// CPU reference of LayerNorm's backward over the last dimension (f64, statistics recomputed):
+/// `(dx, dgamma, dbeta)` for the output gradient `dy`.
+pub fn layer_norm_backward_reference(
+    x: &[f32],
+    dy: &[f32],
+    channels: usize,
+    gamma: Option<&[f32]>,
+    eps: f32,
+) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let c = channels;
+    let mut dx = vec![0f32; x.len()];
+    let mut dgamma = vec![0f64; c];
+    let mut dbeta = vec![0f64; c];
+    for ((row, g), out) in x.chunks(c).zip(dy.chunks(c)).zip(dx.chunks_mut(c)) {
+        let mean = row.iter().map(|&v| v as f64).sum::<f64>() / c as f64;
+        let var = row.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / c as f64;
+        let rstd = 1.0 / (var + eps as f64).sqrt();
+        let xhat: Vec<f64> = row.iter().map(|&v| (v as f64 - mean) * rstd).collect();
+        let gw: Vec<f64> = (0..c)
+            .map(|k| g[k] as f64 * gamma.map_or(1.0, |gm| gm[k] as f64))
+            .collect();
+        let a = gw.iter().sum::<f64>() / c as f64;
+        let b = gw.iter().zip(&xhat).map(|(g, x)| g * x).sum::<f64>() / c as f64;
+        for k in 0..c {
+            out[k] = (rstd * (gw[k] - a - xhat[k] * b)) as f32;
+            dgamma[k] += g[k] as f64 * xhat[k];
+            dbeta[k] += g[k] as f64;
+        }
+    }
+    let f = |v: Vec<f64>| v.into_iter().map(|x| x as f32).collect();
+    (dx, f(dgamma), f(dbeta))
+}
+
+/// The windows' rows back in the image: the adjoint of [`shift_partition_reference`] (the
+/// padding rows' values dropped).
+pub fn unpartition_reference(shape: &WindowShape, windows: &[f32]) -> Vec<f32> {
+    let c = shape.channels;
+    let mut out = vec![0f32; shape.image_rows() * c];
+    // The partition copies each image row once: run it on row numbers to find where each went.
+    let rows: Vec<f32> = (0..shape.image_rows())
+        .flat_map(|r| std::iter::repeat_n(r as f32 + 1.0, c))
+        .collect();
+    let at = shift_partition_reference(shape, &rows);
+    for (dst, chunk) in at.chunks(c).enumerate() {
+        if chunk[0] > 0.0 {
+            let src = chunk[0] as usize - 1;
+            out[src * c..(src + 1) * c].copy_from_slice(&windows[dst * c..(dst + 1) * c]);
+        }
+    }
+    out
+}
+
+/// CPU reference of [`launch_ln_shift_partition_backward`]: `(dx, dgamma, dbeta)`.
+pub fn ln_shift_partition_backward_reference(
+    shape: &WindowShape,
+    x: &[f32],
+    dy: &[f32],
+    gamma: Option<&[f32]>,
+    eps: f32,
+) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    layer_norm_backward_reference(
+        x,
+        &unpartition_reference(shape, dy),
+        shape.channels,
+        gamma,
+        eps,
+    )
+}
+
+/// CPU reference of [`launch_window_reverse_residual_backward`]: `(d_windows, d_shortcut,
+/// dgamma, dbeta)`, `layer_norm` being `(g_ln, y)` as in the buffers.
+pub fn window_reverse_residual_backward_reference(
+    shape: &WindowShape,
+    g_out: Option<&[f32]>,
+    layer_norm: Option<(&[f32], &[f32])>,
+    gamma: Option<&[f32]>,
+    eps: f32,
+) -> (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>) {
+    let c = shape.channels;
+    let n = shape.image_rows() * c;
+    let mut gy = g_out.map_or(vec![0f32; n], <[f32]>::to_vec);
+    let (mut dgamma, mut dbeta) = (vec![0f32; c], vec![0f32; c]);
+    if let Some((g_ln, y)) = layer_norm {
+        let (dx, dg, db) = layer_norm_backward_reference(y, g_ln, c, gamma, eps);
+        for (a, b) in gy.iter_mut().zip(dx) {
+            *a += b;
+        }
+        (dgamma, dbeta) = (dg, db);
+    }
+    (shift_partition_reference(shape, &gy), gy, dgamma, dbeta)
+}
+
+/// CPU reference: LayerNorm over the last dimension (f64 statistics)./// CPU reference: LayerNorm over the last dimension (f64 statistics).
 pub fn layer_norm_reference(
     x: &[f32],
     channels: usize,
@@ -555,5 +798,140 @@ mod tests {
             assert_eq!(out[i], DType::F16.round(rev[i] + sc[i]));
         }
         assert_eq!(ln.unwrap(), layer_norm_reference(&out, 8, None, None, 1e-5));
+    }
+
+    fn values(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_add(0x9e3779b97f4a7c15);
+        (0..n)
+            .map(|_| {
+                s = s
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((s >> 40) as f64 / (1u64 << 24) as f64 * 2.0 - 1.0) as f32
+            })
+            .collect()
+    }
+
+    fn dot(a: &[f32], b: &[f32]) -> f64 {
+        a.iter().zip(b).map(|(x, y)| *x as f64 * *y as f64).sum()
+    }
+
+    fn close(what: &str, got: f32, want: f64) {
+        assert!(
+            (got as f64 - want).abs() < 2e-3 * (1.0 + want.abs()),
+            "{what}: {got} vs finite differences {want}"
+        );
+    }
+
+    #[test]
+    fn ln_shift_partition_backward_is_the_forwards_gradient() {
+        // A 9 x 10 map in windows of 4 (padded to 12 x 12), shifted by 2: padding rows, wrap.
+        let s = shape(2, 9, 10, 6, 4, 2);
+        let x = values(s.image_rows() * 6, 1);
+        let gamma = values(6, 2);
+        let beta = values(6, 3);
+        let dy = values(s.partition_rows() * 6, 4);
+        let eps = 1e-5;
+        let loss = |x: &[f32], g: &[f32], b: &[f32]| {
+            dot(
+                &ln_shift_partition_reference(&s, x, Some(g), Some(b), eps),
+                &dy,
+            )
+        };
+        let (dx, dgamma, dbeta) =
+            ln_shift_partition_backward_reference(&s, &x, &dy, Some(&gamma), eps);
+        let h = 1e-3f32;
+        let fd = |f: &dyn Fn(f32) -> f64| (f(h) - f(-h)) / (2.0 * h as f64);
+        for i in (0..x.len()).step_by(5) {
+            let d = fd(&|e| {
+                let mut v = x.clone();
+                v[i] += e;
+                loss(&v, &gamma, &beta)
+            });
+            close(&format!("dx[{i}]"), dx[i], d);
+        }
+        for k in 0..6 {
+            let dg = fd(&|e| {
+                let mut v = gamma.clone();
+                v[k] += e;
+                loss(&x, &v, &beta)
+            });
+            close(&format!("dgamma[{k}]"), dgamma[k], dg);
+            let db = fd(&|e| {
+                let mut v = beta.clone();
+                v[k] += e;
+                loss(&x, &gamma, &v)
+            });
+            close(&format!("dbeta[{k}]"), dbeta[k], db);
+        }
+    }
+
+    #[test]
+    fn window_reverse_backward_is_the_forwards_gradient() {
+        let s = shape(1, 9, 10, 6, 4, 2);
+        let n = s.image_rows() * 6;
+        let windows = values(s.partition_rows() * 6, 5);
+        let shortcut = values(n, 6);
+        let gamma = values(6, 7);
+        let (g_out, g_ln) = (values(n, 8), values(n, 9));
+        let eps = 1e-5;
+        // The forward in f32 without rounding: the partition map's adjoint plus the shortcut.
+        let forward = |w: &[f32], sc: &[f32], g: &[f32]| -> f64 {
+            let y: Vec<f32> = unpartition_reference(&s, w)
+                .iter()
+                .zip(sc)
+                .map(|(a, b)| a + b)
+                .collect();
+            dot(&y, &g_out) + dot(&layer_norm_reference(&y, 6, Some(g), None, eps), &g_ln)
+        };
+        let y: Vec<f32> = unpartition_reference(&s, &windows)
+            .iter()
+            .zip(&shortcut)
+            .map(|(a, b)| a + b)
+            .collect();
+        let (d_win, d_sc, dgamma, _) = window_reverse_residual_backward_reference(
+            &s,
+            Some(&g_out),
+            Some((&g_ln, &y)),
+            Some(&gamma),
+            eps,
+        );
+        let h = 1e-3f32;
+        let fd = |f: &dyn Fn(f32) -> f64| (f(h) - f(-h)) / (2.0 * h as f64);
+        for i in (0..windows.len()).step_by(7) {
+            let d = fd(&|e| {
+                let mut v = windows.clone();
+                v[i] += e;
+                forward(&v, &shortcut, &gamma)
+            });
+            close(&format!("d_windows[{i}]"), d_win[i], d);
+        }
+        for i in (0..n).step_by(11) {
+            let d = fd(&|e| {
+                let mut v = shortcut.clone();
+                v[i] += e;
+                forward(&windows, &v, &gamma)
+            });
+            close(&format!("d_shortcut[{i}]"), d_sc[i], d);
+        }
+        for k in 0..6 {
+            let d = fd(&|e| {
+                let mut v = gamma.clone();
+                v[k] += e;
+                forward(&windows, &shortcut, &v)
+            });
+            close(&format!("dgamma[{k}]"), dgamma[k], d);
+        }
+        // The padding rows of the window grid take no gradient.
+        let rows: Vec<f32> = vec![1.0; n];
+        let mapped = shift_partition_reference(&s, &rows);
+        for (r, chunk) in mapped.chunks(6).enumerate() {
+            if chunk[0] == 0.0 {
+                assert!(
+                    d_win[r * 6..(r + 1) * 6].iter().all(|v| *v == 0.0),
+                    "row {r}"
+                );
+            }
+        }
     }
 }

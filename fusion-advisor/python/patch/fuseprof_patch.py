@@ -804,11 +804,55 @@ def _captured_is_faster(model, name, own, captured, args, kwargs, rounds=3):
     return faster
 
 
-def _check_training_call(model, name, original_forward, state, args, kwargs):
+def _captured_trains_faster(model, name, own, captured, args, kwargs, rounds=3):
+    """_captured_is_faster for a training call: each timed call is the forward and the backward
+    of the output's sum to the parameters (torch.autograd.grad: nothing accumulates into .grad),
+    outside the program's random stream, the model's buffers (BatchNorm's running statistics)
+    put back afterwards. A training step's host time can outweigh the GPU time the replacements
+    save: the slower path is not kept, and the report says which ran and why."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params or not torch.is_grad_enabled():
+        return True
+    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+    devices = [torch.cuda.current_device()] if cuda else []
+    buffers = [(b, b.detach().clone()) for b in model.buffers()]
+
+    def once(fn):
+        if cuda:
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        out = [x for x in pytree.tree_leaves(fn(*args, **kwargs))
+               if torch.is_tensor(x) and x.requires_grad]
+        if out:
+            torch.autograd.grad(sum(x.float().sum() for x in out), params, allow_unused=True)
+        if cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter() - t
+
+    own_s, captured_s = [], []
+    with _own_synchronizes(), torch.random.fork_rng(devices=devices):
+        for _ in range(rounds):
+            own_s.append(once(own))
+            captured_s.append(once(captured))
+    with torch.no_grad():
+        for b, saved in buffers:
+            b.copy_(saved)
+    own_ms, captured_ms = sorted(own_s)[rounds // 2] * 1e3, sorted(captured_s)[rounds // 2] * 1e3
+    faster = captured_ms <= own_ms * 1.02
+    _report["eager_choice"][name] = {"own_ms": own_ms, "captured_ms": captured_ms, "captured": faster,
+                                     "training": True}
+    if not faster:
+        _left_alone(f"eager training: the rewritten graph's forward and backward ran slower than the model's own "
+                    f"on the first calls ({captured_ms:.2f} vs {own_ms:.2f} ms): the model trains through its own "
+                    f"forward", name)
+    return faster
+
+
+def _check_training_call(name, original_forward, fast, backend, args, kwargs):
     """The first training call, checked: the model's own forward (no patches, no autograd) and the
-    rewritten graph (autograd recording, so that each replaced site checks its gradients too) on
-    the same inputs and the same random numbers (dropout), both outside the program's random
-    stream, which the real call then uses as it would have."""
+    rewritten graph run by `fast` (autograd recording, so that each replaced site checks its
+    gradients too) on the same inputs and the same random numbers (dropout), both outside the
+    program's random stream, which the real call then uses as it would have."""
     devices = [torch.cuda.current_device()] if torch.cuda.is_available() and torch.cuda.is_initialized() else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(0)
@@ -816,9 +860,9 @@ def _check_training_call(model, name, original_forward, state, args, kwargs):
             ref = _reference(original_forward, args, kwargs)
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(0)
-        out = state["fast"](*args, **kwargs)
+        out = fast(*args, **kwargs)
     _report["models"][name] = dict(_model_check(rel_err(out, ref), out), training=True,
-                                   graph_rewrites=state["backend"].rewrites, graph_kept=True)
+                                   graph_rewrites=backend.rewrites, graph_kept=True)
 
 
 def wrap_model(model, name):
@@ -867,18 +911,28 @@ def wrap_model(model, name):
                 _left_alone("training mode: a CUDA graph of the forward alone cannot train; the model runs its "
                             "own forward", name)
                 return original_forward(*args, **kwargs)
-            if state["backend"] is None:
+            if state["backend"] is None or state.get("train_own"):
                 return original_forward(*args, **kwargs)
             if _enabled and not state["train_checked"]:
                 state["train_checked"] = True
-                _check_training_call(model, name, original_forward, state, args, kwargs)
+                _check_training_call(name, original_forward, state["fast"], state["backend"], args, kwargs)
+                if not _captured_trains_faster(model, name, original_forward, state["fast"], args, kwargs):
+                    state["train_own"] = True
+                    _report["models"][name]["graph_kept"] = False
+                    return original_forward(*args, **kwargs)
             return state["fast"](*args, **kwargs)
         if model.training and _enabled and not state["train_checked"] and state["backend"] is not None:
-            # Compiled training: the sites are traced, not called, so the first call checks the
-            # compiled model's output against the model's own forward, and the loss curves the
-            # rest.
+            # Compiled training: the sites are traced, not called, and the compiler draws its random
+            # numbers its own way (dropout, drop-path masks unlike the reference's). So the first
+            # call checks the rewritten graph run as eager mode runs it (each site's output and
+            # gradients, the model's output, on the reference's random numbers); the compiler then
+            # compiles the same rewritten graph, and the loss curves check the rest.
             state["train_checked"] = True
-            _check_training_call(model, name, original_forward, state, args, kwargs)
+            check_fast, check_backend = _fast_forward(model, name, original_forward, "", False, True)
+            _check_training_call(name, original_forward, check_fast, check_backend, args, kwargs)
+            out = state["fast"](*args, **kwargs)
+            _report["models"][name]["graph_rewrites"] = state["backend"].rewrites
+            return out
         if _enabled and not state["checked"] and not model.training:
             state["checked"] = True
             ref = _reference(original_forward, args, kwargs)

@@ -27,7 +27,18 @@ SCHEMAS = {
     "window_reverse_add": "(Tensor windows, Tensor shortcut, int window, int shift) -> Tensor",
     "ln_mlp_residual": "(Tensor x, Tensor gamma, Tensor beta, float eps, Tensor w1, Tensor b1, Tensor w2, Tensor b2) "
                        "-> Tensor",
+    # The backward kernels, called from the forward ops' backward passes. Operators of their own,
+    # so that torch.compile's traced backward keeps them opaque; gradients a call does not need
+    # come back empty ([0]).
+    "window_attention_backward": "(Tensor qkv, Tensor add, Tensor grad, int heads, int seq, float scale, "
+                                 "bool need_add) -> (Tensor, Tensor)",
+    "ln_shift_partition_backward": "(Tensor grad, Tensor x, Tensor gamma, int window, int shift, float eps, "
+                                   "bool need_params) -> (Tensor, Tensor, Tensor)",
+    "window_reverse_backward": "(Tensor? g_out, Tensor? g_ln, Tensor? y, Tensor? gamma, int window, int shift, "
+                               "float eps, bool need_shortcut, bool need_params) -> (Tensor, Tensor, Tensor, Tensor)",
 }
+# Operators that are themselves gradients: no backward pass of their own.
+BACKWARD_OPS = ("window_attention_backward", "ln_shift_partition_backward", "window_reverse_backward")
 
 # "C++" or "Python (ctypes)": how the CUDA implementations are dispatched in this process;
 # why the C++ build was not used, when it was not.
@@ -294,33 +305,90 @@ def _setup_ln_shift_partition(ctx, inputs, output):
     ctx.window, ctx.shift, ctx.eps = window, shift, eps
 
 
+def _window_backward_kernels(x):
+    """Whether fuseprof's window backward kernels take tensors like x: 16-bit CUDA tensors."""
+    return x.is_cuda and x.dtype in (torch.float16, torch.bfloat16)
+
+
+def _param_grads(dg, db, gamma, beta, need):
+    """The LayerNorm weights' gradients from a backward operator (float32, empty when not
+    needed), in each weight's dtype."""
+    return (dg.to(gamma.dtype), db.to(beta.dtype)) if need else (None, None)
+
+
+def _empty(like):
+    return like.new_empty(0)
+
+
+def ref_ln_shift_partition_backward(grad, x, gamma, window, shift, eps, need_params):
+    """(dx, dgamma, dbeta) of ln_shift_partition: the windows' gradient put back into the map,
+    then LayerNorm's backward with its statistics recomputed; dgamma and dbeta in float32."""
+    b, h, w, _ = x.shape
+    gy = _unpartition(grad.to(x.dtype), window, shift, b, h, w)
+    dx, dg, db = _ln_backward(gy.contiguous(), x, gamma, torch.zeros_like(gamma), eps)
+    f32 = torch.promote_types(x.dtype, torch.float32)
+    if need_params:
+        return dx, dg.to(f32), db.to(f32)
+    return dx, x.new_empty(0, dtype=f32), x.new_empty(0, dtype=f32)
+
+
 def _backward_ln_shift_partition(ctx, g):
     x, gamma, beta = ctx.saved_tensors
-    b, h, w, _ = x.shape
-    gy = _unpartition(g, ctx.window, ctx.shift, b, h, w)
-    dx, dgamma, dbeta = _ln_backward(gy.contiguous(), x, gamma, beta, ctx.eps)
-    return dx, dgamma, dbeta, None, None, None
+    need = ctx.needs_input_grad[1] or ctx.needs_input_grad[2]
+    args = (g, x, gamma.to(x.dtype), ctx.window, ctx.shift, ctx.eps, need)
+    if _window_backward_kernels(x):
+        dx, dg, db = torch.ops.fuseprof.ln_shift_partition_backward(*args)
+    else:
+        dx, dg, db = ref_ln_shift_partition_backward(*args)
+    return (dx, *_param_grads(dg, db, gamma, beta, need), None, None, None)
 
 
 def _setup_window_reverse_add(ctx, inputs, output):
     ctx.window, ctx.shift = inputs[2], inputs[3]
+    ctx.win_shape = inputs[0].shape
 
 
 def _backward_window_reverse_add(ctx, g):
+    if _window_backward_kernels(g):
+        d_win, _, _, _ = torch.ops.fuseprof.window_reverse_backward(g, None, None, None, ctx.window, ctx.shift, 0.0,
+                                                                    False, False)
+        return d_win.view(ctx.win_shape), g, None, None
     return _repartition(g, ctx.window, ctx.shift), g, None, None
+
+
+def ref_window_reverse_backward(g_out, g_ln, y, gamma, window, shift, eps, need_shortcut, need_params):
+    """(d_windows, d_shortcut, dgamma, dbeta) of window_reverse_residual (window_reverse_add
+    without g_ln): the sum's gradient g_out plus LayerNorm's backward of g_ln at the saved sum y,
+    cut back into windows; dgamma and dbeta in float32."""
+    g = None if g_out is None else g_out.to(y.dtype if y is not None else g_out.dtype)
+    dg = db = None
+    if g_ln is not None:
+        dx, dg, db = _ln_backward(g_ln.to(y.dtype).contiguous(), y, gamma, torch.zeros_like(gamma), eps)
+        g = dx if g is None else g + dx
+    d_win = _repartition(g, window, shift)
+    d_sc = g.clone() if need_shortcut else _empty(g)
+    if need_params and dg is not None:
+        f32 = torch.promote_types(y.dtype, torch.float32)
+        return d_win, d_sc, dg.to(f32), db.to(f32)
+    return d_win, d_sc, _empty(g), _empty(g)
 
 
 def _setup_window_reverse_residual(ctx, inputs, output):
     windows, shortcut, window, shift, gamma, beta, eps = inputs
     ctx.save_for_backward(output[0], gamma, beta)
     ctx.window, ctx.shift, ctx.eps = window, shift, eps
+    ctx.win_shape = windows.shape
 
 
 def _backward_window_reverse_residual(ctx, g_out, g_ln):
     out, gamma, beta = ctx.saved_tensors
-    dx, dgamma, dbeta = _ln_backward(g_ln.contiguous(), out, gamma, beta, ctx.eps)
-    g = g_out + dx
-    return _repartition(g, ctx.window, ctx.shift), g, None, None, dgamma, dbeta, None
+    need = ctx.needs_input_grad[4] or ctx.needs_input_grad[5]
+    args = (g_out, g_ln, out, gamma.to(out.dtype), ctx.window, ctx.shift, ctx.eps, True, need)
+    if _window_backward_kernels(out):
+        d_win, d_sc, dg, db = torch.ops.fuseprof.window_reverse_backward(*args)
+    else:
+        d_win, d_sc, dg, db = ref_window_reverse_backward(*args)
+    return (d_win.view(ctx.win_shape), d_sc, None, None, *_param_grads(dg, db, gamma, beta, need), None)
 
 
 def _attention_backward_cuda(qkv, add, heads, seq, scale, g, need_add):
@@ -371,18 +439,92 @@ def _setup_window_attention(ctx, inputs, output):
     ctx.heads, ctx.seq, ctx.scale = heads, seq, scale
 
 
-def _backward_window_attention(ctx, g):
-    qkv, add = ctx.saved_tensors
-    heads, seq = ctx.heads, ctx.seq
+def _window_backward_kernel(qkv, add, heads, seq):
+    """Whether fuseprof's own backward kernel (fmha_bwd_window) takes this call: 16-bit CUDA
+    tensors, at most 64 tokens, head dim 32 or 64."""
+    d = qkv.shape[-1] // (3 * heads)
+    return (qkv.is_cuda and qkv.dtype in (torch.float16, torch.bfloat16) and seq <= 64 and d in (32, 64)
+            and add.dtype == qkv.dtype)
+
+
+def ref_window_attention_backward(qkv, add, grad, heads, seq, scale, need_add):
+    """(dqkv, dadd) of window_attention: dadd in add's layout (the padding columns take no
+    gradient), summed over the windows that share a term."""
     n_win = add.shape[0]
     batch = qkv.numel() // qkv.shape[-1] // seq
-    dqkv, ds = _attention_backward(qkv, add[..., :seq], heads, seq, ctx.scale, g, ctx.needs_input_grad[1])
-    dadd = None
-    if ctx.needs_input_grad[1]:
-        # Window b adds term b % nW; the padding columns take no gradient.
-        dadd = _wide(ds).reshape(batch // n_win, n_win, heads, seq, seq).sum(0)
-        dadd = F.pad(dadd, (0, add.shape[-1] - seq)).to(add.dtype)
-    return dqkv, dadd, None, None, None
+    dqkv, ds = _attention_backward(qkv, add[..., :seq], heads, seq, scale, grad, need_add)
+    if not need_add:
+        return dqkv, _empty(add)
+    dadd = _wide(ds).reshape(batch // n_win, n_win, heads, seq, seq).sum(0)
+    return dqkv, F.pad(dadd, (0, add.shape[-1] - seq)).to(add.dtype)
+
+
+def _backward_window_attention(ctx, g):
+    qkv, add = ctx.saved_tensors
+    need = ctx.needs_input_grad[1]
+    args = (qkv, add, g, ctx.heads, ctx.seq, ctx.scale, need)
+    if _window_backward_kernel(qkv, add, ctx.heads, ctx.seq):
+        dqkv, dadd = torch.ops.fuseprof.window_attention_backward(*args)
+    else:
+        dqkv, dadd = ref_window_attention_backward(*args)
+    return dqkv, (dadd if need else None), None, None, None
+
+
+def _cuda_window_attention_backward(qkv, add, grad, heads, seq, scale, need_add):
+    dqkv, dadd = _fk().attention_backward(qkv, grad.to(qkv.dtype).reshape(-1, grad.shape[-1]), heads, seq, add=add,
+                                          scale=scale, need_add=need_add)
+    if dadd is None:
+        return dqkv.reshape(qkv.shape), _empty(add)
+    return dqkv.reshape(qkv.shape), F.pad(dadd, (0, add.shape[-1] - seq)).to(add.dtype)
+
+
+def _cuda_ln_shift_partition_backward(grad, x, gamma, window, shift, eps, need_params):
+    dx, dg, db = _fk().ln_shift_partition_backward(grad.to(x.dtype), x, gamma.to(x.dtype).contiguous(), window,
+                                                   shift, eps, need_params=need_params)
+    return (dx, dg, db) if need_params else (dx, x.new_empty(0, dtype=torch.float32),
+                                             x.new_empty(0, dtype=torch.float32))
+
+
+def _cuda_window_reverse_backward(g_out, g_ln, y, gamma, window, shift, eps, need_shortcut, need_params):
+    dt = (y if y is not None else g_out).dtype
+    cast = lambda t: None if t is None else t.to(dt)  # noqa: E731
+    d_win, d_sc, dg, db = _fk().window_reverse_residual_backward(
+        cast(g_out), cast(g_ln), y, None if gamma is None else cast(gamma).contiguous(), window, shift, eps,
+        need_shortcut=need_shortcut, need_params=need_params)
+    none = d_win.new_empty(0)
+    return d_win, (none if d_sc is None else d_sc), (none if dg is None else dg), (none if db is None else db)
+
+
+def _fake_window_reverse_backward(g_out, g_ln, y, gamma, window, shift, eps, need_shortcut, need_params):
+    ref = g_out if g_out is not None else g_ln
+    b, h, w, c = ref.shape
+    d_win = ref.new_empty(b * (-(-h // window)) * (-(-w // window)), window * window, c, dtype=y.dtype if y is not
+                          None else ref.dtype)
+    d_sc = d_win.new_empty(ref.shape) if need_shortcut else d_win.new_empty(0)
+    params = need_params and g_ln is not None
+    f32 = torch.promote_types(d_win.dtype, torch.float32)
+    dg = ref.new_empty(c if params else 0, dtype=f32 if params else d_win.dtype)
+    return d_win, d_sc, dg, torch.empty_like(dg)
+
+
+REFERENCES.update({
+    "window_attention_backward": ref_window_attention_backward,
+    "ln_shift_partition_backward": ref_ln_shift_partition_backward,
+    "window_reverse_backward": ref_window_reverse_backward,
+})
+FAKES.update({
+    "window_attention_backward": lambda qkv, add, grad, heads, seq, scale, need_add: (
+        torch.empty_like(qkv), torch.empty_like(add) if need_add else add.new_empty(0)),
+    "ln_shift_partition_backward": lambda grad, x, gamma, window, shift, eps, need_params: (
+        torch.empty_like(x), *[x.new_empty(x.shape[-1] if need_params else 0,
+                                           dtype=torch.promote_types(x.dtype, torch.float32)) for _ in range(2)]),
+    "window_reverse_backward": _fake_window_reverse_backward,
+})
+CUDA_PYTHON.update({
+    "window_attention_backward": _cuda_window_attention_backward,
+    "ln_shift_partition_backward": _cuda_ln_shift_partition_backward,
+    "window_reverse_backward": _cuda_window_reverse_backward,
+})
 
 
 def _setup_attention(ctx, inputs, output):
@@ -549,6 +691,15 @@ def _load_cpp_ops():
         return f"{type(e).__name__}: {e}"
 
 
+def _counted(name):
+    """A backward operator's CPU reference, counted (the backward passes call the references
+    directly where no kernel takes the call: only calls through the operator count)."""
+    def call(*args):
+        _count(name)
+        return REFERENCES[name](*args)
+    return call
+
+
 def register():
     """Defines the fuseprof::* operators once per process (C++ dispatch where it builds)."""
     global DISPATCH, DISPATCH_NOTE
@@ -563,10 +714,11 @@ def register():
             torch.library.define(f"fuseprof::{name}", schema)
             torch.library.impl(f"fuseprof::{name}", "CUDA")(CUDA_PYTHON[name])
     for name in SCHEMAS:
-        torch.library.impl(f"fuseprof::{name}", "CPU")(REFERENCES[name])
+        torch.library.impl(f"fuseprof::{name}", "CPU")(_counted(name) if name in BACKWARD_OPS else REFERENCES[name])
         torch.library.register_fake(f"fuseprof::{name}")(FAKES[name])
-        backward, setup = AUTOGRAD[name]
-        torch.library.register_autograd(f"fuseprof::{name}", backward, setup_context=setup)
+        if name not in BACKWARD_OPS:
+            backward, setup = AUTOGRAD[name]
+            torch.library.register_autograd(f"fuseprof::{name}", backward, setup_context=setup)
     return DISPATCH
 
 

@@ -1,7 +1,8 @@
 // The bundled kernels as PyTorch operators dispatched from C++: fuseprof::ln_shift_partition,
 // window_attention, attention, window_reverse_residual, window_reverse_add, linear_residual,
-// linear_gelu_tanh, linear and ln_mlp_residual, with CUDA implementations that call libfuseprof_kernels.so's C ABI (fpk_*) on
-// the current stream. No Python runs per call, so a patched model called op by op costs what
+// linear_gelu_tanh, linear and ln_mlp_residual, and the backward kernels window_attention_backward,
+// ln_shift_partition_backward and window_reverse_backward, with CUDA implementations that call
+// libfuseprof_kernels.so's C ABI (fpk_*) on the current stream. No Python runs per call, so a patched model called op by op costs what
 // an aten op costs to dispatch, and CUDA graphs capture the launches.
 //
 // The schemas are defined here and their fake (meta) implementations in fuseprof_patch.py,
@@ -32,6 +33,12 @@ using FnGemm = int32_t (*)(int32_t, int64_t, int64_t, int64_t, int64_t, u64, int
                            int64_t, int32_t, u64, u64, u64, int64_t, int64_t, int32_t, void*);
 using FnLnMlp = int32_t (*)(int32_t, u64, u64, u64, float, u64, u64, u64, u64, u64, int64_t, int64_t, int64_t,
                             void*);
+using FnAttentionBackward = int32_t (*)(int32_t, u64, u64, u64, u64, u64, int64_t, int64_t, int64_t, int64_t, int64_t,
+                                        float, void*);
+using FnLnShiftPartitionBackward = int32_t (*)(int32_t, u64, u64, u64, u64, u64, u64, int64_t, int64_t, int64_t,
+                                               int64_t, int64_t, int64_t, float, void*);
+using FnWindowReverseBackward = int32_t (*)(int32_t, u64, u64, u64, u64, u64, u64, u64, u64, int64_t, int64_t, int64_t,
+                                            int64_t, int64_t, int64_t, float, void*);
 using FnLastError = size_t (*)(char*, size_t);
 
 FnAttention g_attention = nullptr;
@@ -39,6 +46,9 @@ FnLnShiftPartition g_ln_shift_partition = nullptr;
 FnWindowReverse g_window_reverse = nullptr;
 FnGemm g_gemm = nullptr;
 FnLnMlp g_ln_mlp = nullptr;
+FnAttentionBackward g_attention_backward = nullptr;
+FnLnShiftPartitionBackward g_ln_shift_partition_backward = nullptr;
+FnWindowReverseBackward g_window_reverse_backward = nullptr;
 FnLastError g_last_error = nullptr;
 
 // Epilogue codes of fpk_gemm (kernels/src/gemm.rs, Epilogue::from_code).
@@ -213,6 +223,83 @@ at::Tensor ln_mlp_residual(const at::Tensor& x_, const at::Tensor& gamma_, const
   return out;
 }
 
+// The gradient of window_attention: (dqkv, dadd), dadd in add's layout and dtype (the padding
+// columns zero) summed over the windows that share a term, or empty when need_add is false.
+std::tuple<at::Tensor, at::Tensor> window_attention_backward(const at::Tensor& qkv_, const at::Tensor& add_,
+                                                             const at::Tensor& grad, int64_t heads, int64_t seq,
+                                                             double scale, bool need_add) {
+  ready("window_attention_backward");
+  at::Tensor qkv = qkv_.contiguous(), add = add_.contiguous();
+  int64_t width = qkv.size(-1), tokens = qkv.numel() / width, d = width / (3 * heads);
+  TORCH_CHECK(tokens % seq == 0, "fuseprof::window_attention_backward: token count is not a multiple of seq");
+  at::Tensor dout = grad.to(qkv.scalar_type()).reshape({tokens, heads * d}).contiguous();
+  at::Tensor dqkv = at::empty_like(qkv);
+  at::Tensor dadd = at::empty({0}, add.options());
+  at::Tensor dadd32;
+  if (need_add) dadd32 = at::zeros({add.size(0), heads, seq, seq}, qkv.options().dtype(at::kFloat));
+  check(g_attention_backward(dtype_code(qkv), ptr(qkv), ptr(dout), ptr(add), ptr(dqkv), need_add ? ptr(dadd32) : 0,
+                             tokens / seq, seq, heads, d, add.size(0), static_cast<float>(scale), stream(qkv)),
+        "window_attention_backward");
+  if (need_add) dadd = at::constant_pad_nd(dadd32, {0, add.size(-1) - seq}).to(add.scalar_type());
+  return {dqkv.view(qkv_.sizes()), dadd};
+}
+
+// The gradient of ln_shift_partition: (dx, dgamma, dbeta), the last two float32 [C] or empty.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> ln_shift_partition_backward(const at::Tensor& grad,
+                                                                           const at::Tensor& x_,
+                                                                           const at::Tensor& gamma_, int64_t window,
+                                                                           int64_t shift, double eps,
+                                                                           bool need_params) {
+  ready("ln_shift_partition_backward");
+  at::Tensor x = x_.contiguous();
+  TORCH_CHECK(x.dim() == 4, "fuseprof::ln_shift_partition_backward: x must be [B, H, W, C]");
+  at::Tensor dy = grad.to(x.scalar_type()).contiguous(), gamma = gamma_.to(x.scalar_type()).contiguous();
+  int64_t c = x.size(3);
+  at::Tensor dx = at::empty_like(x);
+  at::Tensor dgamma = at::zeros({need_params ? c : 0}, x.options().dtype(at::kFloat));
+  at::Tensor dbeta = at::zeros({need_params ? c : 0}, x.options().dtype(at::kFloat));
+  check(g_ln_shift_partition_backward(dtype_code(x), ptr(dy), ptr(x), ptr(gamma), ptr(dx),
+                                      need_params ? ptr(dgamma) : 0, need_params ? ptr(dbeta) : 0, x.size(0),
+                                      x.size(1), x.size(2), c, window, shift, static_cast<float>(eps), stream(x)),
+        "ln_shift_partition_backward");
+  return {dx, dgamma, dbeta};
+}
+
+// The gradient of window_reverse_residual (of window_reverse_add without g_ln): (d_windows,
+// d_shortcut, dgamma, dbeta) for the sum's gradient g_out and the LayerNorm output's g_ln at the
+// saved sum y; d_shortcut, dgamma and dbeta empty where not asked for.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> window_reverse_backward(
+    const c10::optional<at::Tensor>& g_out_, const c10::optional<at::Tensor>& g_ln_, const c10::optional<at::Tensor>& y_,
+    const c10::optional<at::Tensor>& gamma_, int64_t window, int64_t shift, double eps, bool need_shortcut,
+    bool need_params) {
+  ready("window_reverse_backward");
+  TORCH_CHECK(g_out_.has_value() || g_ln_.has_value(), "fuseprof::window_reverse_backward: no gradient given");
+  TORCH_CHECK(g_ln_.has_value() == y_.has_value() && g_ln_.has_value() == gamma_.has_value(),
+              "fuseprof::window_reverse_backward: g_ln needs y and gamma");
+  const at::Tensor& first = g_out_.has_value() ? *g_out_ : *g_ln_;
+  at::ScalarType dt = y_.has_value() ? y_->scalar_type() : first.scalar_type();
+  auto prep = [&](const c10::optional<at::Tensor>& t) -> c10::optional<at::Tensor> {
+    if (!t.has_value()) return c10::nullopt;
+    return t->to(dt).contiguous();
+  };
+  c10::optional<at::Tensor> g_out = prep(g_out_), g_ln = prep(g_ln_), y = prep(y_), gamma = prep(gamma_);
+  const at::Tensor& ref = g_out.has_value() ? *g_out : *g_ln;
+  TORCH_CHECK(ref.dim() == 4, "fuseprof::window_reverse_backward: gradients must be [B, H, W, C]");
+  int64_t b = ref.size(0), h = ref.size(1), w = ref.size(2), c = ref.size(3);
+  int64_t nh = (h + window - 1) / window, nw = (w + window - 1) / window;
+  at::Tensor d_windows = at::empty({b * nh * nw, window * window, c}, ref.options());
+  at::Tensor d_shortcut = need_shortcut ? at::empty_like(ref) : at::empty({0}, ref.options());
+  bool params = need_params && g_ln.has_value();
+  at::Tensor dgamma = params ? at::zeros({c}, ref.options().dtype(at::kFloat)) : at::empty({0}, ref.options());
+  at::Tensor dbeta = params ? at::zeros({c}, ref.options().dtype(at::kFloat)) : at::empty({0}, ref.options());
+  check(g_window_reverse_backward(dtype_code(ref), opt_ptr(g_out), opt_ptr(g_ln), opt_ptr(y), opt_ptr(gamma),
+                                  need_shortcut ? ptr(d_shortcut) : 0, ptr(d_windows), params ? ptr(dgamma) : 0,
+                                  params ? ptr(dbeta) : 0, b, h, w, c, window, shift, static_cast<float>(eps),
+                                  stream(ref)),
+        "window_reverse_backward");
+  return {d_windows, d_shortcut, dgamma, dbeta};
+}
+
 }  // namespace
 
 extern "C" int fuseprof_ops_init(const char* kernels_lib) {
@@ -224,7 +311,12 @@ extern "C" int fuseprof_ops_init(const char* kernels_lib) {
   g_last_error = reinterpret_cast<FnLastError>(dlsym(h, "fpk_last_error"));
   g_gemm = reinterpret_cast<FnGemm>(dlsym(h, "fpk_gemm"));
   g_ln_mlp = reinterpret_cast<FnLnMlp>(dlsym(h, "fpk_ln_mlp_residual"));
-  if (!g_attention || !g_ln_shift_partition || !g_window_reverse || !g_last_error || !g_gemm || !g_ln_mlp) {
+  g_attention_backward = reinterpret_cast<FnAttentionBackward>(dlsym(h, "fpk_attention_backward"));
+  g_ln_shift_partition_backward =
+      reinterpret_cast<FnLnShiftPartitionBackward>(dlsym(h, "fpk_ln_shift_partition_backward"));
+  g_window_reverse_backward = reinterpret_cast<FnWindowReverseBackward>(dlsym(h, "fpk_window_reverse_residual_backward"));
+  if (!g_attention || !g_ln_shift_partition || !g_window_reverse || !g_last_error || !g_gemm || !g_ln_mlp ||
+      !g_attention_backward || !g_ln_shift_partition_backward || !g_window_reverse_backward) {
     g_gemm = nullptr;
     return 2;
   }
@@ -245,6 +337,15 @@ TORCH_LIBRARY(fuseprof, m) {
   m.def(
       "ln_mlp_residual(Tensor x, Tensor gamma, Tensor beta, float eps, Tensor w1, Tensor b1, Tensor w2, Tensor b2) "
       "-> Tensor");
+  m.def(
+      "window_attention_backward(Tensor qkv, Tensor add, Tensor grad, int heads, int seq, float scale, "
+      "bool need_add) -> (Tensor, Tensor)");
+  m.def(
+      "ln_shift_partition_backward(Tensor grad, Tensor x, Tensor gamma, int window, int shift, float eps, "
+      "bool need_params) -> (Tensor, Tensor, Tensor)");
+  m.def(
+      "window_reverse_backward(Tensor? g_out, Tensor? g_ln, Tensor? y, Tensor? gamma, int window, int shift, "
+      "float eps, bool need_shortcut, bool need_params) -> (Tensor, Tensor, Tensor, Tensor)");
 }
 
 TORCH_LIBRARY_IMPL(fuseprof, CUDA, m) {
@@ -257,4 +358,7 @@ TORCH_LIBRARY_IMPL(fuseprof, CUDA, m) {
   m.impl("linear", &linear);
   m.impl("window_reverse_add", &window_reverse_add);
   m.impl("ln_mlp_residual", &ln_mlp_residual);
+  m.impl("window_attention_backward", &window_attention_backward);
+  m.impl("ln_shift_partition_backward", &ln_shift_partition_backward);
+  m.impl("window_reverse_backward", &window_reverse_backward);
 }

@@ -119,39 +119,55 @@ class Operators(unittest.TestCase):
     def test_gradients_are_the_original_modules(self):
         """A Swin block's window ops and attention, fused, against the same block in plain torch:
         the input's and every parameter's gradient in float32."""
-        torch.manual_seed(1)
-        c, heads, ws, shift = 16, 2, 3, 1
-        norm1, norm2 = torch.nn.LayerNorm(c), torch.nn.LayerNorm(c)
-        qkv_lin, proj = torch.nn.Linear(c, 3 * c), torch.nn.Linear(c, c)
-        table = torch.nn.Parameter(torch.randn(heads, ws * ws, ws * ws) * 0.1)
-        x = torch.randn(2, 6, 6, c, requires_grad=True)
-        params = [x, norm1.weight, norm1.bias, norm2.weight, norm2.bias, qkv_lin.weight, qkv_lin.bias, proj.weight,
-                  proj.bias, table]
-        n, scale = ws * ws, (c // heads) ** -0.5
+        self.assert_block_gradients(*swin_block())
 
-        def plain():
-            y = torch.roll(norm1(x), (-shift, -shift), (1, 2))
-            q, k, v = qkv_lin(ops.partition(y, ws)).reshape(-1, n, 3, heads, c // heads).permute(2, 0, 3, 1, 4)
-            a = ((q @ k.transpose(-1, -2)) * scale + table).softmax(-1) @ v
-            a = proj(a.transpose(1, 2).reshape(-1, n, c))
-            out = x + torch.roll(ops.reverse(a, ws, 2, 6, 6), (shift, shift), (1, 2))
-            return out, norm2(out)
-
-        def fused():
-            wins = torch.ops.fuseprof.ln_shift_partition(x, norm1.weight, norm1.bias, ws, shift, norm1.eps)
-            a = torch.ops.fuseprof.window_attention(qkv_lin(wins).reshape(-1, 3 * c), ops.padded_term(table[None]),
-                                                    heads, n, scale)
-            a = proj(a).reshape(-1, n, c)
-            return torch.ops.fuseprof.window_reverse_residual(a, x, ws, shift, norm2.weight, norm2.bias, norm2.eps)
-
+    def assert_block_gradients(self, params, plain, fused, tol=1e-5):
         grads = []
         for f in (plain, fused):
             out, normed = f()
-            loss = (out * torch.linspace(-1, 1, c)).sum() + normed.square().sum()
+            loss = (out * torch.linspace(-1, 1, out.shape[-1])).sum() + normed.square().sum()
             grads.append(torch.autograd.grad(loss, params))
         for name, a, b in zip(("x", "norm1.w", "norm1.b", "norm2.w", "norm2.b", "qkv.w", "qkv.b", "proj.w", "proj.b",
                                "bias table"), *grads):
-            self.assertLess(fp.rel_err(b, a), 1e-5, name)
+            self.assertLess(fp.rel_err(b, a), tol, name)
+
+    def test_backward_operators(self):
+        """The backward kernels' operators (what the backward passes call where a kernel takes
+        the call, on CUDA in 16 bits): their fake implementations agree with their references,
+        the gradients through them match finite differences, and AOTAutograd (torch.compile's
+        front end) traces them as opaque nodes of the backward graph."""
+        torch.manual_seed(3)
+        x, g = torch.randn(2, 9, 9, 8), torch.randn(8)
+        win = torch.randn(2 * 9, 9, 8)
+        for need in (True, False):
+            self.check(torch.ops.fuseprof.ln_shift_partition_backward.default, win, x, g, 3, 1, 1e-5, need)
+            self.check(torch.ops.fuseprof.window_reverse_backward.default, x, x.clone(), x.clone(), g, 3, 1, 1e-5,
+                       need, need)
+            self.check(torch.ops.fuseprof.window_reverse_backward.default, x, None, None, None, 3, 1, 0.0, need,
+                       False)
+            add = ops.attention_add(2, 9, torch.randn(2, 9, 9), torch.randn(2, 9, 9))
+            self.check(torch.ops.fuseprof.window_attention_backward.default, torch.randn(4 * 9, 3 * 2 * 4), add,
+                       torch.randn(4 * 9, 2 * 4), 2, 9, 0.5, need)
+        with kernel_backward():
+            d = dict(dtype=torch.float64, requires_grad=True)
+            gamma, beta = torch.randn(8, **d), torch.randn(8, **d)
+            wins = torch.randn(2 * 9, 9, 8, **d)
+            for op, args in ((torch.ops.fuseprof.ln_shift_partition, (torch.randn(2, 9, 9, 8, **d), gamma, beta, 3,
+                                                                      1, 1e-5)),
+                             (torch.ops.fuseprof.window_reverse_add, (wins, torch.randn(2, 9, 9, 8, **d), 3, 1)),
+                             (torch.ops.fuseprof.window_reverse_residual, (wins, torch.randn(2, 9, 9, 8, **d), 3, 1,
+                                                                           gamma, beta, 1e-5)),
+                             (torch.ops.fuseprof.window_attention, (
+                                 torch.randn(4 * 9, 3 * 2 * 4, **d), ops.padded_term(
+                                     torch.randn(2, 2, 9, 9, dtype=torch.float64)).requires_grad_(), 2, 9, 0.5))):
+                self.assertTrue(torch.autograd.gradcheck(op, args, eps=1e-6, atol=1e-5, rtol=1e-4), op)
+            ops.REFERENCE_CALLS.clear()
+            params, plain, fused = swin_block()
+            torch._dynamo.reset()
+            self.assert_block_gradients(params, plain, torch.compile(fused, backend="aot_eager"))
+            self.assertEqual({k: v for k, v in ops.REFERENCE_CALLS.items() if k.endswith("_backward")},
+                             {"ln_shift_partition_backward": 1, "window_attention_backward": 1,
+                              "window_reverse_backward": 1})
 
     def test_ln_mlp_reference_is_norm_then_timm_mlp_plus_residual(self):
         torch.manual_seed(2)
@@ -188,6 +204,50 @@ class Operators(unittest.TestCase):
         s = (q @ k.transpose(-1, -2)) * 0.2 + bias[None] + mask.repeat(2, 1, 1)[:, None]
         ref = (s.softmax(-1) @ v).transpose(1, 2).reshape(-1, heads * d)
         self.assertLess((out - ref).abs().max().item(), 1e-5)
+
+
+def swin_block():
+    """(params, plain, fused): a Swin block's window ops and attention in plain torch and through
+    the fuseprof operators; each function returns (the block's output, norm2 of it)."""
+    torch.manual_seed(1)
+    c, heads, ws, shift = 16, 2, 3, 1
+    norm1, norm2 = torch.nn.LayerNorm(c), torch.nn.LayerNorm(c)
+    qkv_lin, proj = torch.nn.Linear(c, 3 * c), torch.nn.Linear(c, c)
+    table = torch.nn.Parameter(torch.randn(heads, ws * ws, ws * ws) * 0.1)
+    x = torch.randn(2, 6, 6, c, requires_grad=True)
+    params = [x, norm1.weight, norm1.bias, norm2.weight, norm2.bias, qkv_lin.weight, qkv_lin.bias, proj.weight,
+              proj.bias, table]
+    n, scale = ws * ws, (c // heads) ** -0.5
+
+    def plain():
+        y = torch.roll(norm1(x), (-shift, -shift), (1, 2))
+        q, k, v = qkv_lin(ops.partition(y, ws)).reshape(-1, n, 3, heads, c // heads).permute(2, 0, 3, 1, 4)
+        a = ((q @ k.transpose(-1, -2)) * scale + table).softmax(-1) @ v
+        a = proj(a.transpose(1, 2).reshape(-1, n, c))
+        out = x + torch.roll(ops.reverse(a, ws, 2, 6, 6), (shift, shift), (1, 2))
+        return out, norm2(out)
+
+    def fused():
+        wins = torch.ops.fuseprof.ln_shift_partition(x, norm1.weight, norm1.bias, ws, shift, norm1.eps)
+        a = torch.ops.fuseprof.window_attention(qkv_lin(wins).reshape(-1, 3 * c), ops.padded_term(table[None]),
+                                                heads, n, scale)
+        a = proj(a).reshape(-1, n, c)
+        return torch.ops.fuseprof.window_reverse_residual(a, x, ws, shift, norm2.weight, norm2.bias, norm2.eps)
+
+    return params, plain, fused
+
+
+class kernel_backward:
+    """Within: the backward passes call the backward kernels' operators, as on CUDA in 16 bits
+    (here their CPU references run)."""
+
+    def __enter__(self):
+        self.saved = ops._window_backward_kernels, ops._window_backward_kernel
+        ops._window_backward_kernels = lambda x: True
+        ops._window_backward_kernel = lambda *args: True
+
+    def __exit__(self, *exc):
+        ops._window_backward_kernels, ops._window_backward_kernel = self.saved
 
 
 class Numerics(unittest.TestCase):
@@ -920,6 +980,68 @@ class AnyModel(unittest.TestCase):
         model(torch.randn(4, 8)).sum().backward()
         self.assertIsNotNone(model[0].weight.grad)
         self.assertTrue(any("cannot train" in why for why in fp.report()["left_alone"]), fp.report()["left_alone"])
+
+    def test_compiled_training_is_checked_on_the_references_random_numbers(self):
+        """Compiled training with drop-path: the compiler draws its own random numbers (here a
+        stand-in for Inductor that moves the random stream), so the first call checks the
+        rewritten graph run eagerly on the reference's masks; the compiled graph trains."""
+        import fuseprof_graph
+
+        class Compiler:
+            def __init__(self, mode, options, dynamic):
+                pass
+
+            def __call__(self, gm, example_inputs):
+                compiled = torch._dynamo.lookup_backend("aot_eager")(gm, example_inputs)
+
+                def run(*args):
+                    torch.rand(1)  # a compiler's own random stream: other drop-path masks
+                    return compiled(*args)
+                return run
+
+        reset()
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        saved = fuseprof_graph.torch._TorchCompileInductorWrapper
+        fuseprof_graph.torch._TorchCompileInductorWrapper = Compiler
+        os.environ["FUSEPROF_COMPILE"] = "default"
+        try:
+            model = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, img_size=56, depths=(2,),
+                                      num_heads=(3,), embed_dim=96, drop_path_rate=0.5).train()
+            model(torch.randn(2, 3, 56, 56)).sum().backward()
+        finally:
+            del os.environ["FUSEPROF_COMPILE"]
+            fuseprof_graph.torch._TorchCompileInductorWrapper = saved
+            torch._dynamo.reset()
+        whole = fp.report()["models"]["swin_tiny_patch4_window7_224"]
+        self.assertTrue(whole["training"] and whole["passed"] and whole["graph_rewrites"] >= 7, whole)
+        self.assertTrue(all(m["passed"] and "grad_rel_error" in m for m in fp.report()["modules"].values()))
+        self.assertIsNotNone(model.layers[0].blocks[0].attn.relative_position_bias_table.grad)
+
+    def test_eager_training_keeps_the_faster_of_the_two_paths(self):
+        """The first eager training call times the forward and backward of the model's own code
+        and of the rewritten graph; the slower is dropped, the report says so, and the timing
+        leaves no gradient and no running statistic behind."""
+        import time
+
+        reset()
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8)).train()
+        stats = model[1].running_mean.clone()
+        x = torch.randn(16, 8)
+
+        def slow(*args):
+            time.sleep(0.02)
+            return model(*args)
+
+        self.assertFalse(fp._captured_trains_faster(model, "net", model, slow, (x,), {}))
+        self.assertTrue(fp._captured_trains_faster(model, "net2", slow, model, (x,), {}))
+        choice = fp.report()["eager_choice"]
+        self.assertEqual((choice["net"]["captured"], choice["net2"]["captured"]), (False, True))
+        self.assertTrue(choice["net"]["training"])
+        self.assertTrue(any(why.startswith("eager training: the rewritten graph") for why in fp.report()["left_alone"]))
+        self.assertTrue(all(p.grad is None for p in model.parameters()))
+        self.assertTrue(torch.equal(model[1].running_mean, stats))
 
     def test_first_outermost_call_wraps_the_model(self):
         reset()

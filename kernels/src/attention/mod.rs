@@ -18,12 +18,15 @@
 //! | sm_90 | head_dim 64, seq over 128, no bias, at most a key mask | `fmha_fwd_long_tma` | [`sm90`] |
 //! | any sm_80+ | every other seq over 64 (the portable path) | `fmha_fwd_long` | [`long`] |
 //!
-//! They all compute the function of [`attention_reference`].
+//! They all compute the function of [`attention_reference`]. Its gradient, for seq <= 64 on a
+//! combined additive tensor or none, is `fmha_bwd_window` ([`backward`]).
 
+pub mod backward;
 pub mod long;
 pub mod short;
 pub mod sm90;
 
+pub use backward::{attention_backward_reference, launch_attention_backward, BackwardBuffers};
 pub use short::{add_smem_stride, combine_reference, launch_attention_combine};
 
 use crate::dtype::DType;

@@ -330,3 +330,118 @@ extern "C" __global__ void __launch_bounds__(256) window_reverse_residual_scalar
         lo[c] = from_f32((y - mean) * rstd * gw + bw);
     }
 }
+
+// ---- backward passes ------------------------------------------------------------------------
+// One warp per row (grid-stride), scalar accesses; LayerNorm's statistics recomputed from the
+// saved row. The parameter gradients are summed per block in shared memory (dynamic: 2 x C
+// floats) and added to the fp32 dgamma / dbeta (zeroed by the caller) with one atomic per
+// channel and block.
+
+// LayerNorm's input gradient of one row: rstd (g - mean(g) - xhat mean(g xhat)), g = dy gamma.
+// Writes it (plus `add`, a row to add or null) to out0 and out1 (either may be null) and adds
+// dy xhat and dy to the block's sums.
+__device__ __forceinline__ void ln_backward_row(const u16* __restrict__ xr, const u16* __restrict__ gr,
+                                                const u16* __restrict__ gamma, const u16* __restrict__ add,
+                                                u16* __restrict__ out0, u16* __restrict__ out1, float* part,
+                                                int C, float eps, int lane) {
+    float s = 0.f;
+    for (int c = lane; c < C; c += 32) s += ldg_f32(xr + c);
+    const float mean = warp_sum(s) / (float)C;
+    float q = 0.f;
+    for (int c = lane; c < C; c += 32) {
+        const float d = ldg_f32(xr + c) - mean;
+        q += d * d;
+    }
+    const float rstd = rsqrtf(warp_sum(q) / (float)C + eps);
+    float a = 0.f, b = 0.f;
+    for (int c = lane; c < C; c += 32) {
+        const float xhat = (ldg_f32(xr + c) - mean) * rstd;
+        const float g = ldg_f32(gr + c) * (gamma != nullptr ? ldg_f32(gamma + c) : 1.f);
+        a += g;
+        b += g * xhat;
+    }
+    a = warp_sum(a) / (float)C;
+    b = warp_sum(b) / (float)C;
+    for (int c = lane; c < C; c += 32) {
+        const float xhat = (ldg_f32(xr + c) - mean) * rstd;
+        const float dy = ldg_f32(gr + c);
+        const float g = dy * (gamma != nullptr ? ldg_f32(gamma + c) : 1.f);
+        float v = rstd * (g - a - xhat * b);
+        if (add != nullptr) v += ldg_f32(add + c);
+        const u16 o = from_f32(v);
+        if (out0 != nullptr) out0[c] = o;
+        if (out1 != nullptr) out1[c] = o;
+        if (part != nullptr) {
+            atomicAdd(&part[c], dy * xhat);
+            atomicAdd(&part[C + c], dy);
+        }
+    }
+}
+
+__device__ __forceinline__ void flush_parts(const float* part, float* __restrict__ dgamma, float* __restrict__ dbeta,
+                                            int C) {
+    __syncthreads();
+    if (dgamma == nullptr) return;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        atomicAdd(dgamma + c, part[c]);
+        if (dbeta != nullptr) atomicAdd(dbeta + c, part[C + c]);
+    }
+}
+
+// Backward of ln_shift_partition_*: dy [windows rows, C] (the windows' gradient; padding rows
+// have no source and are dropped) -> dx [B, H, W, C] at each window row's source row, with
+// dgamma and dbeta (null: not wanted). x is the forward's input.
+extern "C" __global__ void __launch_bounds__(256) ln_shift_partition_backward(
+    const u16* __restrict__ dy, const u16* __restrict__ x, const u16* __restrict__ gamma, u16* __restrict__ dx,
+    float* __restrict__ dgamma, float* __restrict__ dbeta, int H, int W, int C, int ws, int shift_h, int shift_w,
+    int nWh, int nWw, float eps, i64 total_rows) {
+    extern __shared__ float part[];
+    for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) part[c] = 0.f;
+    __syncthreads();
+    const int lane = threadIdx.x % 32;
+    const int warps = blockDim.x / 32;
+    for (i64 orow = (i64)blockIdx.x * warps + threadIdx.x / 32; orow < total_rows; orow += (i64)gridDim.x * warps) {
+        const i64 srow = partition_source_row((unsigned)orow, H, W, ws, shift_h, shift_w, nWh, nWw);
+        if (srow < 0) continue;  // uniform per warp
+        ln_backward_row(x + srow * C, dy + orow * C, gamma, nullptr, dx + srow * C, nullptr,
+                        dgamma != nullptr ? part : nullptr, C, eps, lane);
+    }
+    flush_parts(part, dgamma, dbeta, C);
+}
+
+// Backward of window_reverse_residual_*: for each window row and its image row (the same map as
+// the partition's), gy = g_out + LayerNorm's input gradient of g_ln at y (g_ln null: the forward
+// had no LayerNorm; g_out null: y itself was not used), written to d_win (zero on padding rows)
+// and d_shortcut (null: not wanted); y is the forward's residual sum.
+extern "C" __global__ void __launch_bounds__(256) window_reverse_residual_backward(
+    const u16* __restrict__ g_out, const u16* __restrict__ g_ln, const u16* __restrict__ y,
+    const u16* __restrict__ gamma, u16* __restrict__ d_shortcut, u16* __restrict__ d_win, float* __restrict__ dgamma,
+    float* __restrict__ dbeta, int H, int W, int C, int ws, int shift_h, int shift_w, int nWh, int nWw, float eps,
+    i64 total_rows) {
+    extern __shared__ float part[];
+    for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) part[c] = 0.f;
+    __syncthreads();
+    const int lane = threadIdx.x % 32;
+    const int warps = blockDim.x / 32;
+    for (i64 orow = (i64)blockIdx.x * warps + threadIdx.x / 32; orow < total_rows; orow += (i64)gridDim.x * warps) {
+        const i64 srow = partition_source_row((unsigned)orow, H, W, ws, shift_h, shift_w, nWh, nWw);
+        u16* dw = d_win + orow * C;
+        if (srow < 0) {  // uniform per warp
+            for (int c = lane; c < C; c += 32) dw[c] = 0;
+            continue;
+        }
+        u16* ds = d_shortcut != nullptr ? d_shortcut + srow * C : nullptr;
+        const u16* go = g_out != nullptr ? g_out + srow * C : nullptr;
+        if (g_ln != nullptr) {
+            ln_backward_row(y + srow * C, g_ln + srow * C, gamma, go, dw, ds, dgamma != nullptr ? part : nullptr, C,
+                            eps, lane);
+        } else {
+            for (int c = lane; c < C; c += 32) {
+                const u16 v = go != nullptr ? go[c] : (u16)0;
+                dw[c] = v;
+                if (ds != nullptr) ds[c] = v;
+            }
+        }
+    }
+    flush_parts(part, dgamma, dbeta, C);
+}
