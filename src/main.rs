@@ -261,7 +261,8 @@ enum Command {
         /// proposal's shapes; a pattern whose chains ran faster, all within tolerance, is
         /// applied, with the settings advise found that the patch layer can switch). `default`
         /// names every exact replacement the patch layer knows; the settings autocast_bf16,
-        /// tf32, fused_optimizer, cudnn_benchmark, channels_last and sdpa_cudnn switch the
+        /// tf32, fused_optimizer, cudnn_benchmark, channels_last, sdpa_cudnn and
+        /// input_pipeline (a DataLoader's workers, prefetching, pinned memory) switch the
         /// program's own settings without editing it (numerics then checked against float32,
         /// wider, where the precision drops).
         #[arg(long, requires = "command", value_delimiter = ',')]

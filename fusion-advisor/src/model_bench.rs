@@ -510,13 +510,14 @@ fn settings_to_measure_alone(choice: &mut Choice) -> Vec<String> {
 
 /// The patch layer's settings switches (`SETTINGS` in `python/patch/fuseprof_settings.py`):
 /// named with `--apply`, or taken from advise's settings.
-pub const SETTING_SWITCHES: [&str; 6] = [
+pub const SETTING_SWITCHES: [&str; 7] = [
     "autocast_bf16",
     "tf32",
     "fused_optimizer",
     "cudnn_benchmark",
     "channels_last",
     "sdpa_cudnn",
+    "input_pipeline",
 ];
 
 /// Switches that lower the precision the model computes in: its numerics are checked against
@@ -529,6 +530,7 @@ fn setting_switch(id: &str) -> std::result::Result<&'static str, &'static str> {
         "precision-bf16" => Ok("autocast_bf16"),
         "optimizer-fused" => Ok("fused_optimizer"),
         "conv-channels-last" => Ok("channels_last"),
+        "input-pipeline" => Ok("input_pipeline"),
         "launch-cuda-graphs" => {
             Err("CUDA graphs are a mode of bench's (--modes graphs), not a switch")
         }
@@ -2101,7 +2103,12 @@ mod tests {
             ops: Vec::new(),
             rank: 1,
         };
-        let chosen = choose_settings(&[setting("precision-bf16"), setting("sync-in-step")]);
+        let chosen = choose_settings(&[
+            setting("precision-bf16"),
+            setting("sync-in-step"),
+            setting("input-pipeline"),
+        ]);
+        assert_eq!(chosen[2].switch.as_deref(), Some("input_pipeline"));
         assert_eq!(chosen[0].switch.as_deref(), Some("autocast_bf16"));
         assert!((chosen[0].expected_saving_us_per_step - 1000.0).abs() < 1e-9);
         assert_eq!(chosen[1].switch, None);

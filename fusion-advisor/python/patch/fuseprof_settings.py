@@ -13,6 +13,16 @@ unmodified program by `fuseprof bench --apply NAME` on the patched side (FUSEPRO
   sdpa_cudnn       each wrapped model's forward with PyTorch's scaled_dot_product_attention
                    trying its cuDNN backend first (then flash, memory-efficient, math): the
                    attention a user on Hopper would pick, as a baseline (`bench --baseline`)
+  input_pipeline   each torch.utils.data.DataLoader that loads in worker processes built with
+                   as many workers as the process may use cores (at most MAX_WORKERS, never
+                   fewer than the program's), a prefetch factor of at least 4 and pinned memory
+                   on a CUDA machine (its batches' copies to the GPU then run as direct DMA; the
+                   program's own `non_blocking=True` is what lets the host run ahead of them:
+                   Tensor.to is not patched, as TorchDynamo cannot trace a patched one). A
+                   loader that loads in the program's own process is left alone (its dataset
+                   may not pickle or may touch CUDA). With more workers each batch comes from
+                   another worker: random augmentations then draw from another worker's random
+                   stream (the batches and their order are the same)
 
 `bench --baseline NAMES` (FUSEPROF_SETTINGS) switches settings on both sides, the patch layer
 loaded on the baseline side for them alone.
@@ -20,11 +30,20 @@ loaded on the baseline side for them alone.
 Mixed precision changes results more than a fused kernel does: a model run under autocast_bf16
 is checked against its float32 self with PRECISION_TOLERANCE, and the report says so.
 """
+import inspect
+import os
+
 import torch
 
 # Devices whose models autocast_bf16 applies to (the tests add "cpu").
 DEVICES = {"cuda"}
-SETTINGS = ("autocast_bf16", "tf32", "fused_optimizer", "cudnn_benchmark", "channels_last", "sdpa_cudnn")
+SETTINGS = ("autocast_bf16", "tf32", "fused_optimizer", "cudnn_benchmark", "channels_last", "sdpa_cudnn",
+            "input_pipeline")
+# input_pipeline's workers at most: past this a loader's workers contend with the main process
+# (which launches the GPU's work) for cores and memory bandwidth.
+MAX_WORKERS = 8
+# input_pipeline's prefetch factor at least: batches each worker keeps loaded ahead.
+PREFETCH_FACTOR = 4
 # ||bf16 autocast - float32|| / ||float32|| a model's output may reach: bf16 keeps 8 bits of
 # mantissa (a relative rounding of 2^-9 per op), which a deep network's output accumulates to
 # a few 1e-3 up to 1e-2; twice that, with headroom, while a wrong result lies near 1.
@@ -56,6 +75,65 @@ def install(names, note):
     if "fused_optimizer" in names:
         for cls in (torch.optim.Adam, torch.optim.AdamW):
             _fuse_optimizer(cls, note)
+    if "input_pipeline" in names:
+        _input_pipeline(note)
+
+
+def _cores():
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def loader_arguments(arguments, cores, cuda):
+    """input_pipeline's changes to a DataLoader's bound arguments (a dict, changed in place):
+    what changed, as "name=new (was old)" strings; empty where the loader loads in the program's
+    own process."""
+    workers = arguments.get("num_workers", 0) or 0
+    if workers < 1:
+        return []
+    changes = []
+    more = max(workers, min(cores, MAX_WORKERS))
+    if more > workers:
+        arguments["num_workers"] = more
+        changes.append(f"num_workers={more} (was {workers})")
+    prefetch = arguments.get("prefetch_factor")
+    if prefetch is None or prefetch < PREFETCH_FACTOR:
+        arguments["prefetch_factor"] = PREFETCH_FACTOR
+        changes.append(f"prefetch_factor={PREFETCH_FACTOR} (was {2 if prefetch is None else prefetch})")
+    if cuda and not arguments.get("pin_memory", False):
+        arguments["pin_memory"] = True
+        changes.append("pin_memory=True (was False)")
+    return changes
+
+
+def _input_pipeline(note):
+    from torch.utils.data import DataLoader
+
+    original = DataLoader.__init__
+    if getattr(original, "_fuseprof_loader", False):
+        return
+    signature = inspect.signature(original)
+    cuda = torch.cuda.is_available()
+
+    def __init__(self, *args, **kwargs):
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+        except TypeError:  # the call is wrong: DataLoader says how
+            return original(self, *args, **kwargs)
+        changes = loader_arguments(bound.arguments, _cores(), cuda)
+        if changes:
+            _applied["input_pipeline"] = f"DataLoader({', '.join(changes)})" + (
+                ": a batch's random augmentations, if the dataset draws any, come from another worker's random stream"
+                if changes[0].startswith("num_workers") else "")
+        elif (bound.arguments.get("num_workers", 0) or 0) < 1:
+            note("input_pipeline: the DataLoader loads in the program's own process; moving its dataset into "
+                 "worker processes is a change to the program", "DataLoader")
+        return original(*bound.args, **bound.kwargs)
+
+    __init__._fuseprof_loader = True
+    DataLoader.__init__ = __init__
 
 
 def _cuda_floating(params):

@@ -1203,6 +1203,36 @@ class Settings(unittest.TestCase):
         self.assertTrue(conv.weight.is_contiguous(memory_format=torch.channels_last))
         self.assertTrue(seen and all(seen))
 
+    def test_input_pipeline_loads_ahead_in_more_workers(self):
+        """input_pipeline: a DataLoader with workers gets as many as the cores allow (at most
+        MAX_WORKERS, never fewer than the program's), a deeper prefetch and pinned memory on a
+        CUDA machine; one that loads in the program's own process is left alone, and says why;
+        the batches and their order stay the same."""
+        args = {"num_workers": 2}
+        self.assertEqual(settings.loader_arguments(args, 16, True),
+                         ["num_workers=8 (was 2)", "prefetch_factor=4 (was 2)", "pin_memory=True (was False)"])
+        self.assertEqual(args, {"num_workers": 8, "prefetch_factor": 4, "pin_memory": True})
+        args = {"num_workers": 12, "prefetch_factor": 6, "pin_memory": True}
+        self.assertEqual(settings.loader_arguments(args, 4, True), [])
+        self.assertEqual(settings.loader_arguments({"num_workers": 0}, 16, True), [])
+        self.assertEqual(settings.loader_arguments({"num_workers": 1}, 2, False),
+                         ["num_workers=2 (was 1)", "prefetch_factor=4 (was 2)"])
+
+        from torch.utils.data import DataLoader, TensorDataset
+
+        original = DataLoader.__init__
+        self.addCleanup(setattr, DataLoader, "__init__", original)
+        notes = []
+        settings.install({"input_pipeline"}, lambda why, name: notes.append(why))
+        data = TensorDataset(torch.arange(12.0))
+        loader = DataLoader(data, 3, num_workers=1)
+        self.assertEqual((loader.num_workers, loader.prefetch_factor),
+                         (max(1, min(settings._cores(), settings.MAX_WORKERS)), 4))
+        self.assertEqual([b[0].tolist() for b in loader], [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9, 10, 11]])
+        self.assertIn("prefetch_factor=4 (was 2)", settings.applied()["input_pipeline"])
+        self.assertEqual(DataLoader(data, 3).num_workers, 0)
+        self.assertTrue(any("loads in the program's own process" in n for n in notes), notes)
+
     def test_process_wide_switches(self):
         before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
 
