@@ -7,6 +7,7 @@
     python3 kernels/bench/gpu_check.py --mode attn      # ViT / BERT attention: ours and SDPA, interleaved
     python3 kernels/bench/gpu_check.py --mode mlp       # the fused LN + MLP alone: its checks, then its rows
     python3 kernels/bench/gpu_check.py --mode bwd       # the backward kernels: checks, then timings
+    python3 kernels/bench/gpu_check.py --mode bwd-small # their checks on small shapes (for compute-sanitizer)
 
 Correctness: fresh random inputs per check, outputs poisoned with NaN before each run, compared
 with a float64 reference (relative Frobenius error < 1e-2, NaN never); in --mode check each
@@ -804,6 +805,9 @@ def write_md(info, ceil):
 BWD_SHAPES = [("swin-t stage 1", 4096, 3, 49, 32, 64), ("swin-t stage 2", 1024, 6, 49, 32, 16),
               ("swin-t stage 3", 256, 12, 49, 32, 4), ("swin-t stage 4", 64, 24, 49, 32, 1),
               ("head dim 64, 40 tokens", 96, 4, 40, 64, 8)]
+# Small shapes of the same kernels, for compute-sanitizer: a few windows of each head dim, a
+# partial tile (40 and 49 tokens), one shared term and several.
+BWD_SMALL_SHAPES = [("4 windows, 49 tokens, d 32", 4, 2, 49, 32, 2), ("2 windows, 40 tokens, d 64", 2, 2, 40, 64, 1)]
 
 
 def window_case(B, H, N, D, M, dtype):
@@ -829,8 +833,8 @@ def bwd_reference(qkv, add, dout, H, N, scale):
     return x.grad, a.grad
 
 
-def check_bwd(dtype):
-    for name, B, H, N, D, M in BWD_SHAPES:
+def check_bwd(dtype, shapes=BWD_SHAPES):
+    for name, B, H, N, D, M in shapes:
         def run():
             qkv, add, dout = window_case(B, H, N, D, M, dtype)
             scale = D ** -0.5
@@ -849,14 +853,14 @@ WIN_BWD_SHAPES = [("swin-t stage 1", 64, 56, 56, 96, 7, 3), ("swin-t stage 2", 6
                   ("9 x 10, window 4, shift 2", 2, 9, 10, 48, 4, 2)]
 
 
-def check_window_bwd(dtype):
+def check_window_bwd(dtype, shapes=None):
     """LayerNorm + shift + partition and window reverse + residual + LayerNorm backward against
     float64 autograd through the patch layer's reference forwards."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "fusion-advisor",
                                     "python", "patch"))
     import fuseprof_patch_ops as ops
     eps = 1e-5
-    for name, B, H, W, C, ws, sh in WIN_BWD_SHAPES:
+    for name, B, H, W, C, ws, sh in shapes or WIN_BWD_SHAPES:
         def run():
             x = torch.randn(B, H, W, C, device=DEV).to(dtype)
             gamma = (1 + 0.1 * torch.randn(C, device=DEV)).to(dtype)
@@ -930,7 +934,8 @@ def bench_bwd(dtype):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mode", choices=["check", "small", "race", "bench", "attn", "mlp", "bwd"], default="check",
+    ap.add_argument("--mode", choices=["check", "small", "race", "bench", "attn", "mlp", "bwd", "bwd-small"],
+                    default="check",
                     help="race = small shapes without the cuBLASLt GEMMs (racecheck cannot run cuBLASLt's "
                          "Hopper kernels: 'failed to handle a hardware exception')")
     ap.add_argument("--json", help="file name in $OUT for the checks' results (default check.json, "
@@ -949,6 +954,12 @@ def main():
         bench_bwd(torch.bfloat16)
         bench_window_bwd(torch.bfloat16)
         json.dump(dict(checks=CHECKS, rows=BENCH), open(os.path.join(OUT, "bwd.json"), "w"), indent=1)
+        sys.exit(0 if all(c["ok"] for c in CHECKS) else 1)
+    if args.mode == "bwd-small":
+        for dtype in (torch.float16, torch.bfloat16):
+            check_bwd(dtype, BWD_SMALL_SHAPES)
+            check_window_bwd(dtype, WIN_BWD_SHAPES[-1:])
+        print(f"CHECKS: {sum(c['ok'] for c in CHECKS)}/{len(CHECKS)} passed", flush=True)
         sys.exit(0 if all(c["ok"] for c in CHECKS) else 1)
     if args.mode == "mlp":
         for dtype in (torch.float16, torch.bfloat16):
