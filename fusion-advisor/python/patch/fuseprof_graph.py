@@ -1296,12 +1296,12 @@ class Backend:
     """A TorchDynamo backend: the graph rewritten, then run as it is (mode "") or compiled by
     Inductor as torch.compile(mode=mode) would."""
 
-    def __init__(self, model, mode):
+    def __init__(self, model, mode, options=None, dynamic=None):
         self.model, self.mode = model, mode
         self.rewrites = 0
         self.inductor = None
         if mode:
-            self.inductor = torch._TorchCompileInductorWrapper(None if mode == "default" else mode, None, None)
+            self.inductor = torch._TorchCompileInductorWrapper(None if mode == "default" else mode, options, dynamic)
 
     def __call__(self, gm, example_inputs):
         self.rewrites += rewrite(gm, self.model, set(fp._apply), eager=self.inductor is None)

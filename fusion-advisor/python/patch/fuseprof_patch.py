@@ -48,7 +48,10 @@ The patterns above name what the class patches below replace in eager code; the 
 Models: those from timm.create_model, every transformers model (outermost only) and any other
 module with parameters at its first outermost call are named (module paths in the report),
 checked as a whole, run through the graph matcher on the patched side, and compiled or graphed
-when asked.
+when asked. A model the program compiles itself (torch.compile(model), model.compile(),
+torch.compile(model.forward), with Inductor) gets the graph matcher as its compiler's backend,
+Inductor then compiling the rewritten graph with the program's mode and options; its first call
+is checked eagerly before the compiled one.
 
 Training: every kernel has a backward pass (fuseprof_patch_ops). A model in training mode runs
 through the graph matcher in eager mode (the class patches take inference calls only; active
@@ -72,6 +75,10 @@ from torch.utils import _pytree as pytree
 
 import fuseprof_patch_ops as ops
 import fuseprof_settings as settings
+
+# torch.compile as torch defines it: the patch layer's own compilations (the program's calls go
+# through _patch_torch's).
+_torch_compile = torch.compile
 
 PATTERNS = ("window_partition", "window_attention", "window_reverse", "full_attention", "fused_mlp", "gemm_residual",
             "gemm_gelu", "gemm_padded", "patch_embed") + settings.SETTINGS
@@ -763,9 +770,9 @@ def _fast_forward(model, name, original_forward, compile_mode, graphs, capture):
     fast = original_forward
     if capture:
         backend = fuseprof_graph.Backend(name, compile_mode)
-        fast = torch.compile(original_forward, backend=backend, dynamic=None if compile_mode else False)
+        fast = _torch_compile(original_forward, backend=backend, dynamic=None if compile_mode else False)
     elif compile_mode:
-        fast = torch.compile(original_forward, mode=None if compile_mode == "default" else compile_mode)
+        fast = _torch_compile(original_forward, mode=None if compile_mode == "default" else compile_mode)
     if graphs:
         fast = _Graphed(fast)
     return fast, backend
@@ -852,8 +859,11 @@ def _check_training_call(name, original_forward, fast, backend, args, kwargs):
     """The first training call, checked: the model's own forward (no patches, no autograd) and the
     rewritten graph run by `fast` (autograd recording, so that each replaced site checks its
     gradients too) on the same inputs and the same random numbers (dropout), both outside the
-    program's random stream, which the real call then uses as it would have."""
+    program's random stream, which the real call then uses as it would have; the model's buffers
+    (BatchNorm's running statistics) are put back after both."""
     devices = [torch.cuda.current_device()] if torch.cuda.is_available() and torch.cuda.is_initialized() else []
+    model = getattr(original_forward, "__self__", None)
+    buffers = [(b, b.detach().clone()) for b in model.buffers()] if isinstance(model, torch.nn.Module) else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(0)
         with torch.no_grad():
@@ -861,6 +871,9 @@ def _check_training_call(name, original_forward, fast, backend, args, kwargs):
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(0)
         out = fast(*args, **kwargs)
+    with torch.no_grad():  # the real call updates running statistics once, as it would have
+        for b, saved in buffers:
+            b.copy_(saved)
     _report["models"][name] = dict(_model_check(rel_err(out, ref), out), training=True,
                                    graph_rewrites=backend.rewrites, graph_kept=True)
 
@@ -886,8 +899,15 @@ def wrap_model(model, name):
 
     def forward(*args, **kwargs):
         global _forward_token
-        if torch.compiler.is_compiling():  # the user compiles the wrapped model: no token
-            return checked_forward(*args, **kwargs)
+        if torch.compiler.is_compiling():
+            # The program compiles the model itself: its compiler traces the model's own forward
+            # (the class patches inside it; the graph matcher is the compiler's backend, see
+            # _patch_torch). Nothing is checked here: the checks ran eagerly before the compiled
+            # call (check_program_compiled), and no token.
+            names = _settings_names()
+            if names:
+                return settings.call(model, original_forward, names, args, kwargs)
+            return original_forward(*args, **kwargs)
         outer = _forward_token
         _forward_token = object()
         try:
@@ -968,6 +988,35 @@ def wrap_model(model, name):
             return out
         return state["fast"](*args, **kwargs)
 
+    def check_program_compiled(args, kwargs):
+        """The first call of a model the program compiles itself, checked eagerly before its
+        compiled call: the model's own forward against the class patches and, where the graph
+        matcher is the compiler's backend, the rewritten graph run as eager mode runs it (in
+        training on the reference's random numbers, each site's gradients checked)."""
+        if state["program_checked"] or not _enabled:
+            return
+        state["program_checked"] = True
+        backend = model.__dict__.get("_fuseprof_program_backend")
+        if model.training:
+            if backend is None:
+                return  # the class patches take inference calls only: nothing is replaced
+            fast, check_backend = _fast_forward(model, name, original_forward, "", False, True)
+            _check_training_call(name, original_forward, fast, check_backend, args, kwargs)
+            _report["models"][name]["compiled_by_program"] = True
+            return
+        ref = _reference(original_forward, args, kwargs)
+        out = original_forward(*args, **kwargs)  # the class patches' first calls, checked
+        rewrites = 0
+        if backend is not None:
+            fast, check_backend = _fast_forward(model, name, original_forward, "", False, True)
+            out = fast(*args, **kwargs)
+            rewrites = check_backend.rewrites
+        _report["models"][name] = dict(_model_check(rel_err(out, ref), out), graph_rewrites=rewrites,
+                                       graph_kept=True, compiled_by_program=True)
+
+    state["program_checked"] = False
+    model.__dict__["_fuseprof_check_program_compiled"] = check_program_compiled
+    model.__dict__["_fuseprof_model_name"] = name
     model.forward = forward
     return model
 
@@ -1061,7 +1110,12 @@ def _patch_torch(_torch):
     depth = [0]
 
     def __call__(self, *args, **kwargs):
-        if depth[0] or torch.compiler.is_compiling():
+        if torch.compiler.is_compiling():
+            return original_call(self, *args, **kwargs)
+        check = _program_compiled(self)
+        if check is not None:
+            check(args, kwargs)
+        if depth[0]:
             return original_call(self, *args, **kwargs)
         if not self.__dict__.get("_fuseprof_wrapped") and not self.__dict__.get("_fuseprof_seen"):
             self.__dict__["_fuseprof_seen"] = True
@@ -1076,10 +1130,63 @@ def _patch_torch(_torch):
 
     __call__._fuseprof_models = True
     torch.nn.Module.__call__ = __call__
+    if not getattr(torch.compile, "_fuseprof", False):
+        torch.compile = _compile
     if _settings_names():
         settings.install(_settings_names(), _left_alone)
     _patch_linear()
     _patch_sdpa()
+
+
+def _compiled_module(target):
+    """The module a program's torch.compile call compiles: the module itself, or the one whose
+    method it is (`torch.compile(model.forward)`, nn.Module.compile's `_call_impl`); else None."""
+    if isinstance(target, torch.nn.Module):
+        return target
+    owner = getattr(target, "__self__", None)
+    return owner if isinstance(owner, torch.nn.Module) else None
+
+
+def _compile(model=None, **kwargs):
+    """torch.compile for the program: a model compiled with Inductor (the default backend) gets
+    the graph matcher as its backend, which rewrites the captured graph and hands it to Inductor
+    with the program's mode and options; its first call is checked eagerly (_program_compiled).
+    A submodule of a model the patch layer knows, another backend, or a function (its first call
+    cannot be checked without running the program's own step twice) compile as asked."""
+    if model is None:  # @torch.compile(mode=...) as a decorator factory
+        return lambda target: _compile(target, **kwargs)
+    module = _compiled_module(model)
+    if (module is None or not _enabled or not (_apply & GRAPH_PATTERNS) or kwargs.get("disable")
+            or kwargs.get("backend", "inductor") != "inductor"):
+        return _torch_compile(model, **kwargs)
+    if not module.__dict__.get("_fuseprof_wrapped"):
+        if module.__dict__.get("_fuseprof_name"):  # a submodule of a named model
+            return _torch_compile(model, **kwargs)
+        if next(module.parameters(), None) is None:
+            return _torch_compile(model, **kwargs)
+        module.__dict__["_fuseprof_seen"] = True
+        _register_ops()
+        wrap_model(module, type(module).__name__)
+    import fuseprof_graph
+
+    name = module.__dict__["_fuseprof_model_name"]
+    mode = kwargs.pop("mode", None)
+    backend = fuseprof_graph.Backend(name, mode or "default", options=kwargs.pop("options", None),
+                                     dynamic=kwargs.get("dynamic"))
+    module.__dict__["_fuseprof_program_backend"] = backend
+    _left_alone(f"the program compiles the model itself (mode {mode or 'default'}): the graph matcher is its "
+                f"compiler's backend, and its first call is checked eagerly", name)
+    return _torch_compile(model, backend=backend, **kwargs)
+
+
+def _program_compiled(module):
+    """The eager first-call check of the model a program compiled itself, called as
+    (args, kwargs) before the compiled call; None for any other module."""
+    orig = getattr(module, "_orig_mod", None)  # torch.compile(model) returns an OptimizedModule
+    target = orig if isinstance(orig, torch.nn.Module) else module
+    if "_fuseprof_program_backend" not in target.__dict__:
+        return None
+    return target.__dict__.get("_fuseprof_check_program_compiled")
 
 
 def install():

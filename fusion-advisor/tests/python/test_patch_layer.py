@@ -963,6 +963,23 @@ class GraphMatcher(unittest.TestCase):
         self.assertLess(max(err, grad_err), 1e-5)
 
 
+class StandInInductor:
+    """Inductor's place in the graph matcher's backend (Inductor's C++ code generation needs a
+    compiler toolchain): AOTAutograd's eager back end, drawing a random number of its own on each
+    call as a compiler's random stream differs from eager mode's."""
+
+    def __init__(self, mode, options, dynamic):
+        self.mode = mode
+
+    def __call__(self, gm, example_inputs):
+        compiled = torch._dynamo.lookup_backend("aot_eager")(gm, example_inputs)
+
+        def run(*args):
+            torch.rand(1)  # a compiler's own random stream: other drop-path masks
+            return compiled(*args)
+        return run
+
+
 class AnyModel(unittest.TestCase):
     """A model the program builds itself (no timm, no transformers) is wrapped at its first
     outermost call: checked as a whole, its graph rewritten, and run unpatched when nothing in
@@ -987,23 +1004,11 @@ class AnyModel(unittest.TestCase):
         rewritten graph run eagerly on the reference's masks; the compiled graph trains."""
         import fuseprof_graph
 
-        class Compiler:
-            def __init__(self, mode, options, dynamic):
-                pass
-
-            def __call__(self, gm, example_inputs):
-                compiled = torch._dynamo.lookup_backend("aot_eager")(gm, example_inputs)
-
-                def run(*args):
-                    torch.rand(1)  # a compiler's own random stream: other drop-path masks
-                    return compiled(*args)
-                return run
-
         reset()
         torch._dynamo.reset()
         torch.manual_seed(0)
         saved = fuseprof_graph.torch._TorchCompileInductorWrapper
-        fuseprof_graph.torch._TorchCompileInductorWrapper = Compiler
+        fuseprof_graph.torch._TorchCompileInductorWrapper = StandInInductor
         os.environ["FUSEPROF_COMPILE"] = "default"
         try:
             model = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, img_size=56, depths=(2,),
@@ -1018,6 +1023,68 @@ class AnyModel(unittest.TestCase):
         self.assertTrue(all(m["passed"] and "grad_rel_error" in m for m in fp.report()["modules"].values()))
         self.assertIsNotNone(model.layers[0].blocks[0].attn.relative_position_bias_table.grad)
 
+    def test_a_model_the_program_compiles_itself(self):
+        """The program calls torch.compile on its model (inference, training with drop-path,
+        nn.Module.compile): the graph matcher becomes the compiler's backend, the first call is
+        checked eagerly before the compiled one, and the model runs and trains; another backend
+        is left as the program asked."""
+        import fuseprof_graph
+
+        saved = fuseprof_graph.torch._TorchCompileInductorWrapper
+        fuseprof_graph.torch._TorchCompileInductorWrapper = StandInInductor
+        self.addCleanup(setattr, fuseprof_graph.torch, "_TorchCompileInductorWrapper", saved)
+        self.addCleanup(torch._dynamo.reset)
+        x = torch.randn(2, 3, 56, 56)
+
+        def swin(drop_path=0.0):
+            torch.manual_seed(0)
+            return timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, img_size=56, depths=(2,),
+                                     num_heads=(3,), embed_dim=96, num_classes=10, drop_path_rate=drop_path)
+
+        reset()
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        model = torchvision.models.swin_transformer.SwinTransformer(
+            patch_size=[4, 4], embed_dim=96, depths=[2], num_heads=[3], window_size=[7, 7], num_classes=10).eval()
+        fp.configure(enabled=False)
+        try:
+            with torch.no_grad():
+                ref = model(x)
+        finally:
+            fp.configure(enabled=True)
+        compiled = torch.compile(model)  # before any call: wrapped here
+        with torch.no_grad():
+            out, again = compiled(x), compiled(x)
+        whole = fp.report()["models"]["SwinTransformer"]
+        self.assertTrue(whole["passed"] and whole["compiled_by_program"], whole)
+        self.assertEqual(whole["graph_rewrites"], 9, whole)  # 2 blocks x 4, the patch embedding
+        self.assertLess(fp.rel_err(out, ref), 1e-4)
+        self.assertLess(fp.rel_err(again, ref), 1e-4)
+        self.assertEqual(model.__dict__["_fuseprof_program_backend"].rewrites, 9)
+        self.assertTrue(any(why.startswith("the program compiles the model itself") for why in fp.report()["left_alone"]))
+
+        for how in ("torch.compile", "Module.compile"):
+            reset()
+            torch._dynamo.reset()
+            model = swin(drop_path=0.5).train()
+            if how == "torch.compile":
+                step = torch.compile(model)
+            else:
+                model.compile()
+                step = model
+            step(x).sum().backward()
+            whole = fp.report()["models"]["swin_tiny_patch4_window7_224"]
+            self.assertTrue(whole["training"] and whole["passed"] and whole["compiled_by_program"], (how, whole))
+            self.assertTrue(all(m["passed"] and "grad_rel_error" in m for m in fp.report()["modules"].values()), how)
+            self.assertIsNotNone(model.layers[0].blocks[0].attn.relative_position_bias_table.grad, how)
+
+        reset()
+        torch._dynamo.reset()
+        model = swin().eval()
+        with torch.no_grad():
+            torch.compile(model, backend="aot_eager")(x)
+        self.assertNotIn("_fuseprof_program_backend", model.__dict__)
+
     def test_eager_training_keeps_the_faster_of_the_two_paths(self):
         """The first eager training call times the forward and backward of the model's own code
         and of the rewritten graph; the slower is dropped, the report says so, and the timing
@@ -1027,6 +1094,7 @@ class AnyModel(unittest.TestCase):
         reset()
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.BatchNorm1d(8)).train()
+        model.__dict__["_fuseprof_seen"] = True  # timed here, not wrapped at its first call
         stats = model[1].running_mean.clone()
         x = torch.randn(16, 8)
 
@@ -1037,6 +1105,7 @@ class AnyModel(unittest.TestCase):
         self.assertFalse(fp._captured_trains_faster(model, "net", model, slow, (x,), {}))
         self.assertTrue(fp._captured_trains_faster(model, "net2", slow, model, (x,), {}))
         choice = fp.report()["eager_choice"]
+        self.assertEqual(set(choice), {"net", "net2"})
         self.assertEqual((choice["net"]["captured"], choice["net2"]["captured"]), (False, True))
         self.assertTrue(choice["net"]["training"])
         self.assertTrue(any(why.startswith("eager training: the rewritten graph") for why in fp.report()["left_alone"]))
