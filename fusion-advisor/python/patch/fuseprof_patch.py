@@ -1117,7 +1117,11 @@ def _patch_torch(_torch):
             check(args, kwargs)
         if depth[0]:
             return original_call(self, *args, **kwargs)
-        if not self.__dict__.get("_fuseprof_wrapped") and not self.__dict__.get("_fuseprof_seen"):
+        # Not a model: a module of a named model, or one the autograd engine calls (activation
+        # checkpointing recomputes blocks there, outside the model's forward; wrapped, they would
+        # recompute through the graph matcher what the forward ran as written).
+        if not self.__dict__.get("_fuseprof_wrapped") and not self.__dict__.get("_fuseprof_seen") and \
+                "_fuseprof_name" not in self.__dict__ and torch._C._current_graph_task_id() == -1:
             self.__dict__["_fuseprof_seen"] = True
             if next(self.parameters(), None) is not None:
                 _register_ops()

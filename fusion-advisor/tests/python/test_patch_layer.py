@@ -1085,6 +1085,29 @@ class AnyModel(unittest.TestCase):
             torch.compile(model, backend="aot_eager")(x)
         self.assertNotIn("_fuseprof_program_backend", model.__dict__)
 
+    def test_activation_checkpointing_recomputes_what_the_forward_ran(self):
+        """A model that checkpoints its blocks (timm's set_grad_checkpointing) trains through the
+        patch layer: the blocks the autograd engine recomputes are not taken for models of their
+        own (wrapped, they would recompute through the graph matcher what the forward ran as
+        written, and PyTorch's checkpointing fails on the different saved tensors)."""
+        x = torch.randn(2, 3, 56, 56)
+        for own in (False, True):  # the rewritten graph kept, then the model's own forward
+            reset()
+            torch._dynamo.reset()
+            torch.manual_seed(0)
+            m = timm.create_model("swin_tiny_patch4_window7_224", pretrained=False, img_size=56, depths=(2, 2),
+                                  num_heads=(3, 6), embed_dim=96, num_classes=10).train()
+            m.set_grad_checkpointing(True)
+            state = fp._captured_trains_faster
+            fp._captured_trains_faster = lambda *args, keep=not own: keep
+            try:
+                for _ in range(2):
+                    m(x).sum().backward()
+            finally:
+                fp._captured_trains_faster = state
+            self.assertIsNotNone(m.layers[1].blocks[0].attn.relative_position_bias_table.grad)
+            self.assertEqual([n for n in fp.report()["models"] if "/" in n], [])  # no block taken for a model
+
     def test_eager_training_keeps_the_faster_of_the_two_paths(self):
         """The first eager training call times the forward and backward of the model's own code
         and of the rewritten graph; the slower is dropped, the report says so, and the timing
