@@ -1142,6 +1142,10 @@ def _patch_torch(_torch):
     _patch_sdpa()
 
 
+# The graph matcher's backends in the program's own torch.compile calls (_compile).
+_program_backends = []
+
+
 def _compiled_module(target):
     """The module a program's torch.compile call compiles: the module itself, or the one whose
     method it is (`torch.compile(model.forward)`, nn.Module.compile's `_call_impl`); else None."""
@@ -1178,6 +1182,7 @@ def _compile(model=None, **kwargs):
     backend = fuseprof_graph.Backend(name, mode or "default", options=kwargs.pop("options", None),
                                      dynamic=kwargs.get("dynamic"))
     module.__dict__["_fuseprof_program_backend"] = backend
+    _program_backends.append(backend)
     _left_alone(f"the program compiles the model itself (mode {mode or 'default'}): the graph matcher is its "
                 f"compiler's backend, and its first call is checked eagerly", name)
     return _torch_compile(model, backend=backend, **kwargs)
@@ -1186,7 +1191,9 @@ def _compile(model=None, **kwargs):
 def _program_compiled(module):
     """The eager first-call check of the model a program compiled itself, called as
     (args, kwargs) before the compiled call; None for any other module."""
-    orig = getattr(module, "_orig_mod", None)  # torch.compile(model) returns an OptimizedModule
+    if not _program_backends:  # every module call passes here: the common case costs one test
+        return None
+    orig = module.__dict__.get("_modules", {}).get("_orig_mod")  # torch.compile(model): an OptimizedModule
     target = orig if isinstance(orig, torch.nn.Module) else module
     if "_fuseprof_program_backend" not in target.__dict__:
         return None
