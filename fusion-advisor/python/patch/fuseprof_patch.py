@@ -38,7 +38,8 @@ and is reported with the reason:
                     as a patchify copy and one GEMM writing the tokens in the order the model
                     wants (no NCHW -> NHWC copy after it).
 Settings, applied only when named (autocast_bf16, tf32, fused_optimizer, cudnn_benchmark,
-channels_last): the program's own settings that come before kernels, fuseprof_settings.
+channels_last, sdpa_cudnn, input_pipeline): the program's own settings that come before kernels,
+fuseprof_settings.
 The kernels are torch.library operators (fuseprof_patch_ops: fuseprof::*, dispatched from C++,
 with fake implementations), so torch.compile traces a patched model and CUDA graphs capture it.
 
