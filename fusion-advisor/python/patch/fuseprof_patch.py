@@ -813,10 +813,10 @@ def _captured_is_faster(model, name, own, captured, args, kwargs, rounds=3):
 
 
 def _captured_trains_faster(model, name, own, captured, args, kwargs, rounds=3):
-    """_captured_is_faster for a training call: each timed call is the forward and the backward
-    of the output's sum to the parameters (torch.autograd.grad: nothing accumulates into .grad),
-    outside the program's random stream, the model's buffers (BatchNorm's running statistics)
-    put back afterwards. A training step's host time can outweigh the GPU time the replacements
+    """_captured_is_faster for a training call: each timed call (after one untimed call of each)
+    is the forward and the backward of the output's sum to the parameters (torch.autograd.grad:
+    nothing accumulates into .grad), outside the program's random stream, the model's buffers
+    (BatchNorm's running statistics) put back afterwards. A training step's host time can outweigh the GPU time the replacements
     save: the slower path is not kept, and the report says which ran and why."""
     params = [p for p in model.parameters() if p.requires_grad]
     if not params or not torch.is_grad_enabled():
@@ -839,6 +839,10 @@ def _captured_trains_faster(model, name, own, captured, args, kwargs, rounds=3):
 
     own_s, captured_s = [], []
     with _own_synchronizes(), torch.random.fork_rng(devices=devices):
+        # One untimed call of each first: a first backward allocates, picks its GEMM and
+        # convolution algorithms and grows the caching allocator, which would decide the choice.
+        once(own)
+        once(captured)
         for _ in range(rounds):
             own_s.append(once(own))
             captured_s.append(once(captured))
