@@ -658,6 +658,7 @@ pub fn window_reverse_residual_reference(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::attention::tests::noise as values;
 
     fn shape(b: usize, h: usize, w: usize, c: usize, ws: usize, shift: usize) -> WindowShape {
         WindowShape {
@@ -798,18 +799,6 @@ mod tests {
             assert_eq!(out[i], DType::F16.round(rev[i] + sc[i]));
         }
         assert_eq!(ln.unwrap(), layer_norm_reference(&out, 8, None, None, 1e-5));
-    }
-
-    fn values(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_add(0x9e3779b97f4a7c15);
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((s >> 40) as f64 / (1u64 << 24) as f64 * 2.0 - 1.0) as f32
-            })
-            .collect()
     }
 
     fn dot(a: &[f32], b: &[f32]) -> f64 {

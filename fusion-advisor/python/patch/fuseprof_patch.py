@@ -779,6 +779,48 @@ def _fast_forward(model, name, original_forward, compile_mode, graphs, capture):
     return fast, backend
 
 
+def _time_alternately(own, captured, rounds, warmup=False):
+    """(own ms, captured ms): the median of `rounds` synchronized calls of each, alternating,
+    after one untimed call of each where `warmup`."""
+    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+
+    def once(fn):
+        if cuda:
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        fn()
+        if cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter() - t
+
+    own_s, captured_s = [], []
+    with _own_synchronizes():
+        if warmup:
+            once(own)
+            once(captured)
+        for _ in range(rounds):
+            own_s.append(once(own))
+            captured_s.append(once(captured))
+    return sorted(own_s)[rounds // 2] * 1e3, sorted(captured_s)[rounds // 2] * 1e3
+
+
+class _kept_buffers:
+    """Within: the model's buffers (BatchNorm's running statistics) are put back on exit, so that
+    calls made to check or time the model leave it as the program's own calls find it."""
+
+    def __init__(self, model):
+        self.buffers = [(b, b.detach().clone()) for b in model.buffers()] if isinstance(model, torch.nn.Module) \
+            else []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        with torch.no_grad():
+            for b, saved in self.buffers:
+                b.copy_(saved)
+
+
 def _captured_is_faster(model, name, own, captured, args, kwargs, rounds=3):
     """Whether, in eager mode, the graph the matcher rewrote runs faster than the model's own
     forward (both with the class patches): a captured graph runs each op from Python without
@@ -786,23 +828,7 @@ def _captured_is_faster(model, name, own, captured, args, kwargs, rounds=3):
     paths it cannot trace, so it can cost the host more than it saves the GPU. Timed alternately
     on the program's inputs, the median of `rounds` calls each, synchronized. The slower one is
     not kept, and the report says which ran and why."""
-    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
-
-    def once(fn):
-        if cuda:
-            torch.cuda.synchronize()
-        t = time.perf_counter()
-        fn(*args, **kwargs)
-        if cuda:
-            torch.cuda.synchronize()
-        return time.perf_counter() - t
-
-    own_s, captured_s = [], []
-    with _own_synchronizes():
-        for _ in range(rounds):
-            own_s.append(once(own))
-            captured_s.append(once(captured))
-    own_ms, captured_ms = sorted(own_s)[rounds // 2] * 1e3, sorted(captured_s)[rounds // 2] * 1e3
+    own_ms, captured_ms = _time_alternately(lambda: own(*args, **kwargs), lambda: captured(*args, **kwargs), rounds)
     faster = captured_ms <= own_ms * 1.02
     _report["eager_choice"][name] = {"own_ms": own_ms, "captured_ms": captured_ms, "captured": faster}
     if not faster:
@@ -813,43 +839,25 @@ def _captured_is_faster(model, name, own, captured, args, kwargs, rounds=3):
 
 
 def _captured_trains_faster(model, name, own, captured, args, kwargs, rounds=3):
-    """_captured_is_faster for a training call: each timed call (after one untimed call of each)
-    is the forward and the backward of the output's sum to the parameters (torch.autograd.grad:
-    nothing accumulates into .grad), outside the program's random stream, the model's buffers
-    (BatchNorm's running statistics) put back afterwards. A training step's host time can outweigh the GPU time the replacements
-    save: the slower path is not kept, and the report says which ran and why."""
+    """_captured_is_faster for a training call: each timed call (after one untimed call of each:
+    a first backward allocates, picks its GEMM and convolution algorithms and grows the caching
+    allocator) is the forward and the backward of the output's sum to the parameters
+    (torch.autograd.grad: nothing accumulates into .grad), outside the program's random stream,
+    the model's buffers put back afterwards. A training step's host time can outweigh the GPU
+    time the replacements save: the slower path is not kept, and the report says which ran and
+    why."""
     params = [p for p in model.parameters() if p.requires_grad]
     if not params or not torch.is_grad_enabled():
         return True
-    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
-    devices = [torch.cuda.current_device()] if cuda else []
-    buffers = [(b, b.detach().clone()) for b in model.buffers()]
+    devices = [torch.cuda.current_device()] if torch.cuda.is_available() and torch.cuda.is_initialized() else []
 
-    def once(fn):
-        if cuda:
-            torch.cuda.synchronize()
-        t = time.perf_counter()
-        out = [x for x in pytree.tree_leaves(fn(*args, **kwargs))
-               if torch.is_tensor(x) and x.requires_grad]
+    def step(fn):
+        out = [x for x in pytree.tree_leaves(fn(*args, **kwargs)) if torch.is_tensor(x) and x.requires_grad]
         if out:
             torch.autograd.grad(sum(x.float().sum() for x in out), params, allow_unused=True)
-        if cuda:
-            torch.cuda.synchronize()
-        return time.perf_counter() - t
 
-    own_s, captured_s = [], []
-    with _own_synchronizes(), torch.random.fork_rng(devices=devices):
-        # One untimed call of each first: a first backward allocates, picks its GEMM and
-        # convolution algorithms and grows the caching allocator, which would decide the choice.
-        once(own)
-        once(captured)
-        for _ in range(rounds):
-            own_s.append(once(own))
-            captured_s.append(once(captured))
-    with torch.no_grad():
-        for b, saved in buffers:
-            b.copy_(saved)
-    own_ms, captured_ms = sorted(own_s)[rounds // 2] * 1e3, sorted(captured_s)[rounds // 2] * 1e3
+    with _kept_buffers(model), torch.random.fork_rng(devices=devices):
+        own_ms, captured_ms = _time_alternately(lambda: step(own), lambda: step(captured), rounds, warmup=True)
     faster = captured_ms <= own_ms * 1.02
     _report["eager_choice"][name] = {"own_ms": own_ms, "captured_ms": captured_ms, "captured": faster,
                                      "training": True}
@@ -867,18 +875,15 @@ def _check_training_call(name, original_forward, fast, backend, args, kwargs):
     program's random stream, which the real call then uses as it would have; the model's buffers
     (BatchNorm's running statistics) are put back after both."""
     devices = [torch.cuda.current_device()] if torch.cuda.is_available() and torch.cuda.is_initialized() else []
-    model = getattr(original_forward, "__self__", None)
-    buffers = [(b, b.detach().clone()) for b in model.buffers()] if isinstance(model, torch.nn.Module) else []
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(0)
-        with torch.no_grad():
-            ref = _reference(original_forward, args, kwargs)
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(0)
-        out = fast(*args, **kwargs)
-    with torch.no_grad():  # the real call updates running statistics once, as it would have
-        for b, saved in buffers:
-            b.copy_(saved)
+    # The real call then updates running statistics once, as it would have.
+    with _kept_buffers(getattr(original_forward, "__self__", None)):
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(0)
+            with torch.no_grad():
+                ref = _reference(original_forward, args, kwargs)
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(0)
+            out = fast(*args, **kwargs)
     _report["models"][name] = dict(_model_check(rel_err(out, ref), out), training=True,
                                    graph_rewrites=backend.rewrites, graph_kept=True)
 

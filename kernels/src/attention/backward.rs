@@ -200,23 +200,9 @@ pub fn attention_backward_reference(
 #[cfg(test)]
 mod tests {
     use super::super::attention_reference;
+    use super::super::tests::noise as values;
     use super::*;
     use crate::dtype::DType;
-
-    /// A small deterministic pseudo-random stream in [-1, 1).
-    fn values(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (0..n)
-            .map(|_| {
-                s = s
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((s >> 40) as f64 / (1u64 << 24) as f64 * 2.0 - 1.0) as f32
-            })
-            .collect()
-    }
 
     /// sum(out * dout): the scalar whose gradient the backward gives.
     fn loss(p: &AttentionParams, qkv: &[f32], dout: &[f32], add: Option<&[f32]>) -> f64 {

@@ -368,7 +368,7 @@ pub fn attention_reference(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     pub(super) fn params(
@@ -390,7 +390,7 @@ mod tests {
     }
 
     /// Deterministic pseudo-random values in [-1, 1).
-    pub(super) fn noise(len: usize, seed: u64) -> Vec<f32> {
+    pub(crate) fn noise(len: usize, seed: u64) -> Vec<f32> {
         let mut s = seed
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
